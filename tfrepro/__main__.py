@@ -1,0 +1,5 @@
+import sys
+
+from tfrepro.cli import main
+
+sys.exit(main())

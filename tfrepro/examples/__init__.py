@@ -1,0 +1,1 @@
+"""Example training scripts that run unmodified under ``tfrepro run`` and ``tfrepro check``."""

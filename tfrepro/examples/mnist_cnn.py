@@ -1,0 +1,67 @@
+"""The classic Keras MNIST CNN, as an ordinary training script that knows nothing of tfrepro's patch.
+
+Run it twice under tfrepro and compare the printed weight digests:
+
+    tfrepro run --seed 42 -- python -m tfrepro.examples.mnist_cnn
+    tfrepro run --seed 42 -- python -m tfrepro.examples.mnist_cnn
+
+Data: MNIST from the Keras cache when present, else scikit-learn's bundled digits (offline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+
+import numpy as np
+import tensorflow as tf
+
+from tfrepro.datasets import load_mnist
+
+
+def build_model(keras, num_classes: int = 10):
+    """Conv-Conv-MaxPool-Dropout-Flatten-Dense-Dropout-Dense, as in the Keras MNIST example."""
+    layers = keras.layers
+    return keras.Sequential([
+        keras.Input(shape=(28, 28, 1)),
+        layers.Conv2D(32, 3, activation="relu"),
+        layers.Conv2D(64, 3, activation="relu"),
+        layers.MaxPooling2D(2),
+        layers.Dropout(0.25),
+        layers.Flatten(),
+        layers.Dense(128, activation="relu"),
+        layers.Dropout(0.5),
+        layers.Dense(num_classes, activation="softmax"),
+    ])
+
+
+def weights_digest(model) -> str:
+    """SHA-256 over every weight's raw bytes, in model order."""
+    digest = hashlib.sha256()
+    for weight in model.get_weights():
+        digest.update(np.ascontiguousarray(weight).tobytes())
+    return digest.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--limit", type=int, default=4096, help="training images to use (default 4096)")
+    parser.add_argument("--offline", action="store_true", help="never try to download MNIST")
+    args = parser.parse_args(argv)
+
+    data = load_mnist(allow_download=not args.offline, limit=args.limit)
+    print(f"data: {data.description}, {len(data.x_train)} training images")
+    keras = tf.keras
+    model = build_model(keras)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = model.fit(data.x_train, data.y_train, batch_size=args.batch_size, epochs=args.epochs,
+                        validation_data=(data.x_test, data.y_test), shuffle=True, verbose=2)
+    for epoch, loss in enumerate(history.history["loss"]):
+        print(f"epoch {epoch}: loss {float(loss)!r}")
+    print(f"weights sha256: {weights_digest(model)}")
+
+
+if __name__ == "__main__":
+    main()

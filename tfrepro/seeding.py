@@ -1,0 +1,207 @@
+"""Seeds and RNG state for Python, NumPy, TensorFlow and Keras.
+
+``seed_everything`` seeds every generator a TF/Keras training run draws from, without touching the
+determinism switches (``tfrepro.patch`` does both). ``rng_state``/``set_rng_state`` capture and
+restore those generators exactly, as JSON-serialisable data. ``derive_seed`` makes stable
+per-worker / per-epoch seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import numbers
+import random
+from types import ModuleType
+from typing import Any
+
+from tfrepro import _tf
+
+MAX_SEED = 2**32 - 1
+RngState = dict[str, Any]
+
+
+def validate_seed(seed: object, name: str = "seed") -> int:
+    """Return ``seed`` as an int, or raise ValueError unless it is an integer in [0, 2**32 - 1]."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"{name} must be an int in [0, 2**32 - 1]; got {seed!r} ({type(seed).__name__})")
+    if not 0 <= int(seed) <= MAX_SEED:
+        raise ValueError(f"{name} must be an int in [0, 2**32 - 1] = [0, {MAX_SEED}]; got {seed}")
+    return int(seed)
+
+
+def derive_seed(seed: int, *keys: int | str) -> int:
+    """A seed in [0, 2**32 - 1] derived from ``seed`` and ``keys`` (e.g. ``"worker", 3``).
+
+    The same inputs give the same seed in every process, Python version and platform: it is a
+    BLAKE2b hash of a canonical JSON encoding, never Python's salted ``hash()``. ``1`` and ``"1"``
+    are different keys.
+
+    >>> derive_seed(42, "worker", 0) == derive_seed(42, "worker", 0)
+    True
+    """
+    seed = validate_seed(seed)
+    for key in keys:
+        if isinstance(key, bool) or not isinstance(key, (numbers.Integral, str)):
+            raise TypeError(f"derive_seed keys must be ints or strings; got {key!r} ({type(key).__name__})")
+    payload = json.dumps([seed, *[int(k) if isinstance(k, numbers.Integral) else k for k in keys]])
+    digest = hashlib.blake2b(payload.encode("utf-8"), digest_size=4, person=b"tfrepro.seed").digest()
+    return int.from_bytes(digest, "big")
+
+
+def seed_everything(seed: int) -> int:
+    """Seed Python ``random``, NumPy's global RNG, TensorFlow and every loaded Keras.
+
+    TensorFlow (if installed) gets its global seed and a fresh global ``tf.random.Generator``
+    from ``seed``. Keras 3 gets its global ``SeedGenerator`` reset, so it is recreated from the
+    seeded Python RNG; Keras 2 gets its internal generator reseeded. A Keras that is not yet
+    imported needs nothing: it draws its layer seeds from Python ``random``.
+
+    Does not touch determinism switches or ``PYTHONHASHSEED``. Returns the seed.
+    Not covered: ``numpy.random.default_rng()`` generators you create yourself.
+    """
+    import numpy as np
+
+    seed = validate_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    if _tf.installed_tf_version() is not None:
+        tf = _tf.import_tf()
+        tf.random.set_seed(seed)
+        tf.random.set_global_generator(tf.random.Generator.from_seed(seed))
+    for keras in _tf.loaded_kerases():
+        _seed_keras(keras, seed)
+    return seed
+
+
+def _seed_keras(keras: ModuleType, seed: int) -> None:
+    keras.utils.set_random_seed(seed)  # Python, NumPy, TF, and Keras 2's internal generator.
+    if _tf.keras_major(keras) >= 3:
+        # keras.utils.set_random_seed resets the global SeedGenerator only from Keras 3.13.
+        global_state = _keras3_global_state(keras)
+        if global_state is not None:
+            global_state.set_global_attribute("global_seed_generator", None)
+
+
+def _keras3_global_state(keras: ModuleType) -> ModuleType | None:
+    try:
+        return importlib.import_module(f"{keras.__name__}.src.backend.common.global_state")
+    except ImportError:
+        return None
+
+
+def _keras2_seed_holder(keras: ModuleType) -> Any:
+    """Keras 2's thread-local holder of its internal ``random.Random`` (``backend._SEED_GENERATOR``)."""
+    for name in (f"{keras.__name__}.src.backend", f"{keras.__name__}.backend"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        holder = getattr(module, "_SEED_GENERATOR", None)
+        if holder is not None:
+            return holder
+    return None
+
+
+def _python_state(rng: random.Random) -> list[Any]:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def _set_python_state(rng: random.Random, state: list[Any]) -> None:
+    version, internal, gauss = state
+    rng.setstate((version, tuple(internal), gauss))
+
+
+def _tf_global_generator() -> Any:
+    """TF's global Generator if one exists; never creates one (that would raise under determinism)."""
+    if not _tf.tf_imported():
+        return None
+    from tensorflow.python.ops import stateful_random_ops
+
+    return getattr(stateful_random_ops, "global_generator", None)
+
+
+def _keras3_global_seed_generator(keras: ModuleType) -> Any:
+    global_state = _keras3_global_state(keras)
+    return None if global_state is None else global_state.get_global_attribute("global_seed_generator")
+
+
+def rng_state() -> RngState:
+    """Capture the state of every RNG that ``seed_everything`` seeds, as JSON-serialisable data.
+
+    Captured: Python ``random``; NumPy's legacy global RNG; TensorFlow's global
+    ``tf.random.Generator`` (if one exists); Keras 3's global ``SeedGenerator`` (if one exists);
+    Keras 2's internal generator (if set). Not captured: TF's stateful op-level RNG kernels
+    (``tf.random.uniform`` without a generator), whose state TF does not expose.
+    """
+    import numpy as np
+
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state: RngState = {
+        "python": _python_state(random._inst),  # type: ignore[attr-defined]
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+    }
+    generator = _tf_global_generator()
+    if generator is not None:
+        state["tensorflow_generator"] = {
+            "algorithm": int(generator.algorithm),
+            "state": generator.state.numpy().tolist(),
+        }
+    for keras in _tf.loaded_kerases():
+        if _tf.keras_major(keras) >= 3:
+            seed_generator = _keras3_global_seed_generator(keras)
+            if seed_generator is not None:
+                value = keras.ops.convert_to_numpy(seed_generator.state.value)
+                state["keras_seed_generator"] = {"state": value.tolist(), "dtype": str(value.dtype)}
+        else:
+            holder = _keras2_seed_holder(keras)
+            internal = getattr(holder, "generator", None)
+            if internal is not None:
+                state["keras2_generator"] = _python_state(internal)
+    return state
+
+
+def set_rng_state(state: RngState) -> None:
+    """Restore a state captured by ``rng_state`` (a JSON round trip of it works too).
+
+    Raises ValueError for a malformed state, or when it holds a Keras or TensorFlow part that
+    this process cannot take (e.g. a Keras 3 part while no Keras 3 is loaded).
+    """
+    import numpy as np
+
+    if not isinstance(state, dict) or "python" not in state or "numpy" not in state:
+        raise ValueError("set_rng_state expects the dict returned by tfrepro.rng_state()")
+    _set_python_state(random._inst, state["python"])  # type: ignore[attr-defined]
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+    if "tensorflow_generator" in state:
+        tf = _tf.import_tf()
+        part = state["tensorflow_generator"]
+        values = np.asarray(part["state"], dtype=np.int64)
+        generator = _tf_global_generator()
+        if generator is not None and int(generator.algorithm) == part["algorithm"]:
+            generator.reset(values)
+        else:
+            tf.random.set_global_generator(tf.random.Generator(state=values, alg=part["algorithm"]))
+
+    kerases = _tf.loaded_kerases()
+    if "keras_seed_generator" in state:
+        keras3 = [k for k in kerases if _tf.keras_major(k) >= 3]
+        if not keras3:
+            raise ValueError("the state holds a Keras 3 SeedGenerator part, but Keras 3 is not loaded")
+        part = state["keras_seed_generator"]
+        generator = _keras3_global_seed_generator(keras3[0])
+        if generator is None:  # created on first use; create it now to receive the state
+            module = importlib.import_module(f"{keras3[0].__name__}.src.random.seed_generator")
+            generator = module.global_seed_generator()
+        generator.state.assign(np.asarray(part["state"], dtype=part["dtype"]))
+    if "keras2_generator" in state:
+        keras2 = [k for k in kerases if _tf.keras_major(k) < 3]
+        holder = _keras2_seed_holder(keras2[0]) if keras2 else None
+        if holder is None:
+            raise ValueError("the state holds a Keras 2 generator part, but Keras 2 is not loaded")
+        holder.generator = random.Random()
+        _set_python_state(holder.generator, state["keras2_generator"])
