@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -56,8 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     keras = tf.keras
     model = build_model(keras)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    start = time.perf_counter()
     history = model.fit(data.x_train, data.y_train, batch_size=args.batch_size, epochs=args.epochs,
                         validation_data=(data.x_test, data.y_test), shuffle=True, verbose=2)
+    print(f"fit time: {time.perf_counter() - start:.3f} s")
     for epoch, loss in enumerate(history.history["loss"]):
         print(f"epoch {epoch}: loss {float(loss)!r}")
     print(f"weights sha256: {weights_digest(model)}")

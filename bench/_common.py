@@ -1,0 +1,31 @@
+"""Helpers shared by the benchmarks: fresh-process runs and robust summaries."""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+
+def run(args: list[str], env: dict[str, str] | None = None) -> str:
+    full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    proc = subprocess.run(args, env=full_env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark run failed: {' '.join(args)}\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def grab(pattern: str, text: str) -> float:
+    match = re.search(pattern, text)
+    if match is None:
+        raise SystemExit(f"pattern {pattern!r} not found in:\n{text[-2000:]}")
+    return float(match.group(1))
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+PYTHON = sys.executable

@@ -1,0 +1,59 @@
+"""Shared fixtures. TensorFlow is imported only by the tests that need it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).parent / "scripts"
+# Variables that would make a "without tfrepro" negative control secretly deterministic.
+_DETERMINISM_VARS = ("PYTHONHASHSEED", "TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "TF_CUDNN_USE_FRONTEND",
+                     "TFREPRO_PATCH", "TFREPRO_SEED", "TFREPRO_THREADS", "TFREPRO_ONEDNN")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DETERMINISM_VARS}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env.update(extra)
+    return env
+
+
+def run_python(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
+               cwd: str | Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python ARGS`` in a fresh interpreter with a clean environment."""
+    return subprocess.run([sys.executable, *args], env=clean_env() if env is None else env, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def run_tfrepro(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return run_python("-m", "tfrepro", *args, env=env, timeout=timeout)
+
+
+@pytest.fixture(autouse=True)
+def _isolate_patch():
+    """Every test leaves the process unpatched and the environment as it found it."""
+    saved = dict(os.environ)
+    yield
+    if "tfrepro.patching" in sys.modules:
+        sys.modules["tfrepro.patching"].unpatch()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def keras():
+    """The Keras that tf.keras resolves to in this leg (Keras 3, or tf_keras with TF_USE_LEGACY_KERAS=1)."""
+    from tfrepro import _tf
+
+    return _tf.keras_module()
+
+
+def pytest_collection_modifyitems(items):
+    """A test that uses the ``keras`` fixture touches Keras, so it runs on the tf-keras leg too."""
+    for item in items:
+        if "keras" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.keras)
