@@ -6,7 +6,7 @@ import json
 import pytest
 
 import tfrepro
-from tfrepro.fingerprint import environment_diff
+from tfrepro.environment_info import environment_diff
 
 from conftest import run_tfrepro
 

@@ -1,31 +1,58 @@
 """tfrepro: bit-for-bit reproducible TensorFlow and Keras training.
 
 Call ``tfrepro.patch(seed)`` before building the model, or run an unmodified script with
-``tfrepro run --seed N -- python train.py``. Importing tfrepro never imports TensorFlow.
+``tfrepro run --seed N -- python train.py``. Importing tfrepro never imports TensorFlow;
+``tfrepro.ReproducibilityCallback`` does, on first access (it subclasses the Keras in use).
 """
 
+from typing import Any
+
+from tfrepro import testing
 from tfrepro._version import __version__
-from tfrepro.errors import ReproducibilityWarning
-from tfrepro.fingerprint import EnvDifference, environment, environment_diff
+from tfrepro.comparison import Comparison, Divergence, compare
+from tfrepro.environment_info import EnvDifference, environment, environment_diff
+from tfrepro.errors import DivergenceError, NotComparableError, ReproducibilityWarning
 from tfrepro.patching import enable_determinism, patch, patched, unpatch
 from tfrepro.reporting import Report, Setting, status
 from tfrepro.seeding import derive_seed, rng_state, seed_everything, set_rng_state
+from tfrepro.traces import Trace, TraceError, read_trace
+from tfrepro.verification import Verification, verify
 
 __all__ = [
+    "Comparison",
+    "Divergence",
+    "DivergenceError",
     "EnvDifference",
+    "NotComparableError",
+    "ReproducibilityCallback",
     "Report",
     "ReproducibilityWarning",
     "Setting",
+    "Trace",
+    "TraceError",
+    "Verification",
     "__version__",
+    "compare",
     "derive_seed",
     "enable_determinism",
     "environment",
     "environment_diff",
     "patch",
     "patched",
+    "read_trace",
     "rng_state",
     "seed_everything",
     "set_rng_state",
     "status",
+    "testing",
     "unpatch",
+    "verify",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ReproducibilityCallback":  # imports TensorFlow and Keras: only on first use
+        from tfrepro.callback import ReproducibilityCallback
+
+        return ReproducibilityCallback
+    raise AttributeError(f"module 'tfrepro' has no attribute {name!r}")

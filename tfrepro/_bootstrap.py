@@ -1,11 +1,13 @@
 """Run a script, module or code string after ``tfrepro.patch`` (internal; see ``tfrepro.launch``).
 
 Usage: ``python -m tfrepro._bootstrap (SCRIPT | --module NAME | --code CODE) [ARGS...]``.
-The configuration arrives in ``TFREPRO_*`` environment variables set by the launcher.
+The configuration arrives in ``TFREPRO_*`` environment variables set by the launcher;
+``TFREPRO_TRACE_DIR`` makes every ``Model.fit`` write a trace there (``tfrepro check``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
@@ -29,6 +31,18 @@ def main(argv: list[str]) -> None:
     if not argv:
         raise SystemExit("usage: python -m tfrepro._bootstrap (SCRIPT | --module NAME | --code CODE) [ARGS...]")
     _configure()
+    trace_dir = os.environ.get("TFREPRO_TRACE_DIR")
+    if trace_dir:
+        from tfrepro.recording import record_fits
+
+        recording = record_fits(trace_dir)
+    else:
+        recording = contextlib.nullcontext()
+    with recording:
+        _run(argv)
+
+
+def _run(argv: list[str]) -> None:
     if argv[0] == "--module":
         sys.argv = [argv[1], *argv[2:]]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

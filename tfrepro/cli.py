@@ -1,8 +1,10 @@
 """The ``tfrepro`` command line.
 
 Exit codes:
-    0   success
-    2   user error: bad arguments, missing script or command, unusable input
+    0   success; compare/check/demo: the runs are identical
+    1   compare/check/demo: the runs diverged (the first divergence is printed)
+    2   user error (bad arguments, missing script or command, unusable trace), or a checked run
+        failed or never called Model.fit
     run: the exit code of the script itself (the script replaces the tfrepro process)
 """
 
@@ -13,12 +15,15 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 from tfrepro import launch
 from tfrepro._version import __version__
 
 EXIT_OK = 0
+EXIT_DIVERGED = 1
 EXIT_USAGE = 2
 
 
@@ -77,7 +82,7 @@ def _run_and_wait(command: list[str], env: dict[str, str]) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from tfrepro.fingerprint import environment
+    from tfrepro.environment_info import environment
 
     env = environment()
     if args.json:
@@ -103,6 +108,114 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _out_dir(out: str | None, prefix: str) -> Path:
+    if out is None:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise launch.LaunchError(f"--out {out} exists and is not a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from tfrepro.comparison import compare
+    from tfrepro.traces import TraceError
+
+    try:
+        comparison = compare(args.a, args.b)
+    except (FileNotFoundError, TraceError) as exc:
+        return _fail(str(exc))
+    console = _console()
+    console.print(comparison)
+    if not comparison.comparable:
+        return EXIT_USAGE
+    return EXIT_OK if comparison.identical else EXIT_DIVERGED
+
+
+def _run_with_progress(label: str, runs: int, work):
+    """Run ``work(on_run)`` under a rich progress bar that advances once per finished run."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=_console(), transient=True) as progress:
+        task = progress.add_task(label, total=runs)
+        return work(lambda index: progress.advance(task))
+
+
+def _report_check(result, out: Path) -> int:
+    console = _console()
+    code = result.exit_code
+    if code == 2:
+        console.print(f"[bold red]{result.problem}[/]")
+        failed = result.runs[-1]
+        tail = failed.stderr_tail()
+        if tail:
+            console.print(f"last lines of run {failed.index}'s stderr ({failed.directory / 'stderr.log'}):")
+            console.print(tail, markup=False, highlight=False)
+        return code
+    if code == 1:
+        if result.problem:
+            console.print(f"[bold red]diverged:[/] {result.problem}")
+        first = result.first_divergence
+        if first is not None:
+            run, fit, comparison = first
+            console.print(f"[bold red]diverged:[/] run {run} vs run 0, Model.fit call {fit}")
+            console.print(comparison)
+    else:
+        fits = len(result.runs[0].traces)
+        records = result.comparisons[0][2].records_compared if result.comparisons else 0
+        console.print(f"[bold green]identical:[/] {len(result.runs)} runs x {fits} Model.fit call(s), "
+                      f"{records} records each compared bit for bit")
+    console.print(f"traces and logs: {out}")
+    return code
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from tfrepro.checking import check
+
+    config = launch.LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, patch=not args.no_patch)
+    command = _command(args)
+    launch.bootstrap_command(command)  # fail fast on a bad command
+    out = _out_dir(args.out, "tfrepro-check-")
+    result = _run_with_progress(f"tfrepro check: {args.runs} runs", args.runs,
+                                lambda on_run: check(command, runs=args.runs, config=config, out=out, on_run=on_run))
+    return _report_check(result, out)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from tfrepro.demo import epoch_losses, run_demo
+
+    out = _out_dir(args.out, "tfrepro-demo-")
+    console = _console()
+    mode = "without tfrepro (negative control: no patch, no seed)" if args.no_patch else f"with tfrepro.patch({args.seed})"
+    console.print(f"Training the Keras MNIST CNN twice in fresh processes, {mode}.")
+    result = _run_with_progress("training", 2, lambda on_run: run_demo(
+        seed=args.seed, patch=not args.no_patch, epochs=args.epochs, limit=args.limit, offline=args.offline,
+        out=out, on_run=on_run))
+    if result.runs and result.runs[0].returncode == 0:
+        data_line = next((line for line in result.runs[0].stdout().splitlines() if line.startswith("data: ")), "")
+        console.print(data_line, markup=False, highlight=False)
+    if all(run.traces for run in result.runs) and len(result.runs) == 2:
+        table = Table(title="training loss per epoch (exact)")
+        for column in ("epoch", "run 0", "run 1", "same bits"):
+            table.add_column(column)
+        for epoch, (a, b) in enumerate(zip(*(epoch_losses(run.traces[0]) for run in result.runs))):
+            same = a.hex() == b.hex()
+            table.add_row(str(epoch), repr(a), repr(b), "[green]yes[/]" if same else "[red]no[/]")
+        console.print(table)
+    return _report_check(result, out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfrepro", description="Reproducible TensorFlow/Keras training.")
     parser.add_argument("--version", action="version", version=f"tfrepro {__version__}")
@@ -114,6 +227,35 @@ def build_parser() -> argparse.ArgumentParser:
                                      "applied before the script's first line. Exit code: the script's.")
     _add_launch_options(run)
     run.set_defaults(func=cmd_run)
+
+    check = sub.add_parser("check", help="run a script N times and name the first divergence",
+                           description="Run an unmodified script N times in fresh interpreters (as "
+                                       "`tfrepro run` does), record every Model.fit, and compare each run "
+                                       "with the first. Exit 0 identical, 1 diverged, 2 a run failed.")
+    check.add_argument("--runs", type=int, default=2, help="how many runs (default 2)")
+    check.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder)")
+    check.add_argument("--no-patch", action="store_true", help="run without tfrepro.patch (negative control)")
+    _add_launch_options(check)
+    check.set_defaults(func=cmd_check)
+
+    compare = sub.add_parser("compare", help="compare two traces exactly",
+                             description="Exit 0 identical, 1 diverged, 2 unusable input or not comparable.")
+    compare.add_argument("a", help="trace file (JSON Lines)")
+    compare.add_argument("b", help="trace file (JSON Lines)")
+    compare.set_defaults(func=cmd_compare)
+
+    demo = sub.add_parser("demo", help="train the Keras MNIST CNN twice and show the runs match",
+                          description="Trains the classic Keras MNIST CNN twice in fresh processes with "
+                                      "tfrepro.patch and the recording callback, and compares the runs "
+                                      "exactly. Uses MNIST from the Keras cache (or a download) and else "
+                                      "scikit-learn's bundled digits.")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--epochs", type=int, default=2)
+    demo.add_argument("--limit", type=int, default=2048, help="training images (default 2048)")
+    demo.add_argument("--offline", action="store_true", help="never try to download MNIST")
+    demo.add_argument("--no-patch", action="store_true", help="train without tfrepro (shows the problem)")
+    demo.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder)")
+    demo.set_defaults(func=cmd_demo)
 
     env = sub.add_parser("env", help="print this machine's environment fingerprint")
     env.add_argument("--json", action="store_true", help="machine-readable JSON")

@@ -6,3 +6,20 @@ class ReproducibilityWarning(UserWarning):
 
     Filter it like any warning, e.g. ``warnings.simplefilter("error", tfrepro.ReproducibilityWarning)``.
     """
+
+
+class DivergenceError(RuntimeError):
+    """Raised by ``ReproducibilityCallback(on_divergence="raise")`` at the first divergence from the
+    reference. ``.divergence`` holds the details (a ``tfrepro.Divergence``)."""
+
+    def __init__(self, divergence: object):
+        self.divergence = divergence
+        super().__init__(f"run diverged from the reference at {divergence}")
+
+
+class NotComparableError(ValueError):
+    """Two traces (or a run and its reference) come from different models; ``.mismatch`` lists how."""
+
+    def __init__(self, mismatch: list[str]):
+        self.mismatch = mismatch
+        super().__init__("not comparable: the models differ: " + "; ".join(mismatch))

@@ -1,0 +1,51 @@
+"""Layers that inject the nondeterminism tfrepro must detect and locate (CPU stand-ins for GPU atomics)."""
+
+import numpy as np
+
+
+def _random_order(n):
+    return np.random.default_rng().permutation(int(n)).astype(np.int32)  # unseeded: differs every call
+
+
+def _random_noise(shape):
+    return np.random.default_rng().normal(0.0, 1e-3, size=shape).astype(np.float32)
+
+
+def make_layers(keras, tf):
+    """Return (NondeterministicGradientDense, UnseededNoise) for the given Keras."""
+
+    class NondeterministicGradientDense(keras.layers.Layer):
+        """A bias-free Dense whose kernel gradient sums the per-example contributions sequentially in
+        a fresh random order on every step, the way atomicAdd accumulates in thread-arrival order on
+        a GPU. The forward pass and the gradient passed to earlier layers stay deterministic."""
+
+        def __init__(self, units, shuffle=True, **kwargs):
+            super().__init__(**kwargs)
+            self.units, self.shuffle = units, shuffle  # shuffle=False: the same layer, deterministic
+
+        def build(self, input_shape):
+            self.kernel = self.add_weight(name="kernel", shape=(int(input_shape[-1]), self.units),
+                                          initializer="glorot_uniform")
+
+        def call(self, inputs):
+            @tf.custom_gradient
+            def matmul(x, kernel):
+                def grad(dy):
+                    per_example = tf.einsum("bi,bj->bij", x, dy)
+                    if self.shuffle:
+                        per_example = tf.gather(per_example, tf.numpy_function(_random_order, [tf.shape(x)[0]], tf.int32))
+                    summed = tf.scan(lambda acc, term: acc + term, per_example)[-1]
+                    return tf.matmul(dy, kernel, transpose_b=True), summed
+
+                return tf.matmul(x, kernel), grad
+
+            return matmul(inputs, tf.convert_to_tensor(self.kernel))
+
+    class UnseededNoise(keras.layers.Layer):
+        """Adds forward noise from an unseeded source that no seed controls."""
+
+        def call(self, inputs):
+            noise = tf.numpy_function(_random_noise, [tf.shape(inputs)], tf.float32)
+            return inputs + tf.reshape(noise, tf.shape(inputs))
+
+    return NondeterministicGradientDense, UnseededNoise

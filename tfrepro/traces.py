@@ -1,0 +1,169 @@
+"""Trace files: JSON Lines, one record per event, flushed as written.
+
+Records (each a JSON object with a ``type``):
+
+- ``header``: format name and version, environment fingerprint, seed, ``tfrepro.status()``, and
+  the model summary (layers; variables with their layer, shape and dtype), in model order.
+- ``batch``: ``epoch``, ``batch``, ``step``; ``logs`` (Keras's batch logs, which are running means
+  over the epoch so far, as decimals for people and pandas) and ``bits`` (the same values as the
+  hex of their IEEE-754 float64 bits: the exact values that comparisons use); ``weights``
+  (per-variable fingerprints, when recorded at this batch).
+- ``epoch``: ``epoch``, ``logs``/``bits`` (validation metrics included), ``layers`` (per-layer
+  fingerprints) and ``weights``.
+- ``end``: the final ``weights`` and ``layers``.
+
+A trace is only ever parsed as JSON: never executed, never unpickled. ``pandas.read_json(path,
+lines=True)`` reads it as a table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+FORMAT = "tfrepro-trace"
+VERSION = 1
+RECORD_TYPES = ("header", "batch", "epoch", "end")
+PathLike = str | os.PathLike
+
+
+class TraceError(ValueError):
+    """A trace file is unusable at a given line: not JSON, not a tfrepro trace, or truncated."""
+
+    def __init__(self, path: PathLike | None, line: int, message: str):
+        self.path, self.line, self.reason = path, line, message
+        where = f"{path}, line {line}" if path is not None else f"line {line}"
+        super().__init__(f"{where}: {message}")
+
+
+def float_bits(value: float) -> str:
+    """The exact IEEE-754 float64 bits of ``value`` as 16 hex digits (lossless, NaN payloads too)."""
+    return struct.pack(">d", value).hex()
+
+
+def bits_float(bits: str) -> float:
+    return struct.unpack(">d", bytes.fromhex(bits))[0]
+
+
+def encode_logs(logs: Mapping[str, Any] | None) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Keras logs as (decimal values for reading, exact float64 bits for comparing). Non-scalar
+    entries are skipped; non-finite values appear as null among the decimals, exactly in the bits."""
+    import numpy as np
+
+    values: dict[str, float | None] = {}
+    bits: dict[str, str] = {}
+    for key, raw in sorted((logs or {}).items()):
+        try:
+            array = np.asarray(raw)
+        except Exception:
+            continue
+        if array.shape != () or not np.issubdtype(array.dtype, np.number):
+            continue
+        value = float(array)
+        values[key] = value if math.isfinite(value) else None
+        bits[key] = float_bits(value)
+    return values, bits
+
+
+class TraceWriter:
+    """Writes records to a JSON Lines file, flushing after each one, so a crash loses nothing
+    written before it. Use as a context manager or call ``close()``."""
+
+    def __init__(self, path: PathLike):
+        self.path = Path(path)
+        if self.path.parent != Path("") and not self.path.parent.exists():
+            raise FileNotFoundError(f"trace directory does not exist: {self.path.parent}")
+        self._file: IO[str] | None = self.path.open("w", encoding="utf-8")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        if self._file is None:
+            raise ValueError(f"trace {self.path} is closed")
+        self._file.write(json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Trace:
+    """A parsed trace. ``error`` holds the corruption that ended a lenient read, if any."""
+
+    header: dict[str, Any]
+    records: list[dict[str, Any]] = field(default_factory=list)  # everything after the header
+    path: str | None = None
+    error: TraceError | None = None
+
+    @property
+    def variables(self) -> list[dict[str, Any]]:
+        return self.header.get("model", {}).get("variables", [])
+
+    @property
+    def layers(self) -> list[str]:
+        return self.header.get("model", {}).get("layers", [])
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("type") == kind]
+
+    @property
+    def complete(self) -> bool:
+        return self.error is None and bool(self.records) and self.records[-1].get("type") == "end"
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.records)
+
+
+def read_trace(path: PathLike, *, strict: bool = True) -> Trace:
+    """Parse a trace file. A corrupt or truncated line raises TraceError naming the file and line;
+    with ``strict=False`` the records before it are returned with the error in ``Trace.error``.
+    A file that is missing, empty or not a tfrepro trace always raises."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"trace not found: {path}")
+    header: dict[str, Any] | None = None
+    records: list[dict[str, Any]] = []
+    error: TraceError | None = None
+    with path.open(encoding="utf-8", errors="replace") as file:
+        for number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict) or record.get("type") not in RECORD_TYPES:
+                    raise ValueError("not a tfrepro trace record")
+                if not line.endswith("\n"):
+                    raise ValueError("truncated record (the run may have crashed while writing it)")
+            except ValueError as exc:
+                error = TraceError(path, number, str(exc) if "record" in str(exc) else f"not valid JSON ({exc})")
+                if header is None or strict:
+                    raise error from None
+                break
+            if header is None:
+                if record.get("type") != "header" or record.get("format") != FORMAT:
+                    raise TraceError(path, number, f"not a {FORMAT} file (its first record is no tfrepro header)")
+                if record.get("version") != VERSION:
+                    raise TraceError(path, number, f"unsupported trace version {record.get('version')!r}; "
+                                                   f"this tfrepro reads version {VERSION}")
+                header = record
+            else:
+                records.append(record)
+    if header is None:
+        raise TraceError(path, 1, "empty file: no tfrepro header")
+    return Trace(header, records, str(path), error)
