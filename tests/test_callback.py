@@ -179,3 +179,18 @@ def test_mirrored_strategy_over_two_logical_cpus_records_and_compares():
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"replicas": 2, "identical": True, "records": result["records"]} and result["records"] > 4
+
+
+def test_gradient_fingerprints_see_what_the_update_absorbs(keras):
+    grad_layer, _ = make_layers(keras, tf)
+
+    def train():
+        model = small_model(keras, grad_layer(8, name="middle"))
+        model.compile(optimizer=keras.optimizers.SGD(1e-9), loss="mse")  # updates vanish in rounding
+        model.fit(X, Y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+
+    without = tfrepro.verify(train, runs=2)
+    assert without.identical  # negative control: the weights never show it
+    d = tfrepro.verify(train, runs=2, gradients=True).first_failure.divergence
+    assert (d.epoch, d.batch, d.quantities, d.gradient_layers) == (0, 0, ("gradients",), ("middle",))
+    assert "gradients differ first in: middle" in str(d)

@@ -2,7 +2,8 @@
 
 Usage: ``python -m tfrepro._bootstrap (SCRIPT | --module NAME | --code CODE) [ARGS...]``.
 The configuration arrives in ``TFREPRO_*`` environment variables set by the launcher;
-``TFREPRO_TRACE_DIR`` makes every ``Model.fit`` write a trace there (``tfrepro check``).
+``TFREPRO_TRACE_DIR`` makes every ``Model.fit`` write a trace there (``tfrepro check``), with
+gradient fingerprints when ``TFREPRO_GRADIENTS=1``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def main(argv: list[str]) -> None:
     if trace_dir:
         from tfrepro.recording import record_fits
 
-        recording = record_fits(trace_dir)
+        recording = record_fits(trace_dir, gradients=os.environ.get("TFREPRO_GRADIENTS") == "1")
     else:
         recording = contextlib.nullcontext()
     with recording:

@@ -63,6 +63,10 @@ class ReproducibilityCallback(keras.callbacks.Callback):
         on_divergence: at the first record that differs from the reference, "raise"
             ``tfrepro.DivergenceError``, "warn" and go on, or "stop" training (with a warning).
         weights: fingerprint the weights every "batch", every "epoch" only, or every N batches.
+        gradients: also fingerprint every gradient the optimizer applies, each batch. This sees
+            a nondeterministic gradient even when the update it causes is too small to change the
+            weights' bits. It wraps ``model.optimizer.apply_gradients`` during ``fit`` (the train
+            function is rebuilt once); not supported under ``tf.distribute`` strategies.
 
     The first divergence is kept in ``callback.divergence``. Overriding ``on_train_batch_end``
     makes Keras >= 3.6 run batch hooks synchronously; ``bench/callback_overhead.py`` measures it.
@@ -84,6 +88,7 @@ class ReproducibilityCallback(keras.callbacks.Callback):
         reference: PathLike | Trace | None = None,
         on_divergence: str = "raise",
         weights: str | int = "batch",
+        gradients: bool = False,
     ):
         super().__init__()
         if trace is not None:
@@ -97,12 +102,15 @@ class ReproducibilityCallback(keras.callbacks.Callback):
         if not (weights in ("batch", "epoch") or (isinstance(weights, int) and not isinstance(weights, bool)
                                                    and weights >= 1)):
             raise ValueError(f'weights must be "batch", "epoch" or a positive int; got {weights!r}')
+        if not isinstance(gradients, bool):
+            raise TypeError(f"gradients must be True or False; got {gradients!r}")
         if reference is not None and not isinstance(reference, Trace):
             reference = read_trace(reference, strict=False)
         self.trace_path = None if trace is None else Path(trace)
         self.reference: Trace | None = reference
         self.on_divergence = on_divergence
         self.weights = weights
+        self.gradients = gradients
         self.records: list[dict[str, Any]] = []
         self.divergence: Divergence | None = None
         self.notes: list[str] = []
@@ -112,8 +120,15 @@ class ReproducibilityCallback(keras.callbacks.Callback):
         self._epoch = 0
         self._step = 0
         self._reference_index = 0
+        self._gradient_prints: Any = None  # tf.Variable [n_variables, 2] int32, written by the train step
+        self._unhook_gradients: Any = None
 
     # Keras hooks ---------------------------------------------------------------------------------
+
+    def set_model(self, model: Any) -> None:
+        super().set_model(model)
+        if self.gradients and self._unhook_gradients is None:
+            self._hook_gradients()
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.records, self.divergence, self.notes = [], None, []
@@ -133,6 +148,10 @@ class ReproducibilityCallback(keras.callbacks.Callback):
                                   "logs": values, "bits": bits}
         if self.weights == "batch" or (isinstance(self.weights, int) and (self._step + 1) % self.weights == 0):
             record["weights"] = self._fingerprinter()
+        if self._gradient_prints is not None:
+            trainable = {id(w) for w in self.model.trainable_weights}
+            prints = iter(digest.to_hex(pair) for pair in self._gradient_prints.numpy())
+            record["gradients"] = [next(prints) if id(w) in trainable else None for w in self.model.weights]
         self._step += 1
         self._emit(record)
 
@@ -152,6 +171,41 @@ class ReproducibilityCallback(keras.callbacks.Callback):
         self._emit({"type": "end", "step": self._step, "layers": self._layer_fingerprints(weights),
                     "weights": weights})
         self._close()
+        if self._unhook_gradients is not None:
+            self._unhook_gradients()
+
+    def _hook_gradients(self) -> None:
+        """Wrap the optimizer's ``apply_gradients`` (Keras 3 and tf_keras both call it from the
+        train step) so that the traced train step also writes the gradients' fingerprints."""
+        tf = _tf.import_tf()
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is None:
+            raise ValueError("gradients=True needs a compiled model (model.optimizer is None)")
+        original = optimizer.apply_gradients
+
+        def apply_gradients(grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+            pairs = list(grads_and_vars)
+            if tf.distribute.has_strategy():
+                raise ValueError("ReproducibilityCallback(gradients=True) does not support tf.distribute "
+                                 "strategies; use gradients=False")
+            position = {id(w): i for i, w in enumerate(self.model.trainable_weights)}
+            ordered = sorted(pairs, key=lambda pair: position.get(id(pair[1]), len(position)))
+            prints = tf.stack([digest.gradient_fingerprint(tf, g) for g, _ in ordered])
+            with tf.init_scope():  # a plain eager variable, outside the traced function
+                if self._gradient_prints is None or self._gradient_prints.shape[0] != len(ordered):
+                    self._gradient_prints = tf.Variable(tf.zeros([len(ordered), 2], tf.int32), trainable=False)
+            self._gradient_prints.assign(prints)
+            return original(pairs, *args, **kwargs)
+
+        optimizer.apply_gradients = apply_gradients
+        self.model.train_function = None  # retrace so that the train step calls the wrapper
+
+        def unhook() -> None:
+            del optimizer.apply_gradients  # the instance attribute; the class method shows again
+            self.model.train_function = None
+            self._unhook_gradients = None
+
+        self._unhook_gradients = unhook
 
     # internals -----------------------------------------------------------------------------------
 

@@ -56,11 +56,13 @@ class CheckResult:
         return next(((r, f, c) for r, f, c in self.comparisons if not c.identical), None)
 
 
-def run_once(command: list[str], config: launch.LaunchConfig, directory: Path, index: int) -> RunOutcome:
+def run_once(command: list[str], config: launch.LaunchConfig, directory: Path, index: int,
+             gradients: bool = False) -> RunOutcome:
     """Run the command once in a fresh interpreter, its output and traces kept in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     env = launch.child_env(config)
     env["TFREPRO_TRACE_DIR"] = str(directory)
+    env["TFREPRO_GRADIENTS"] = "1" if gradients else "0"
     with (directory / "stdout.log").open("wb") as out, (directory / "stderr.log").open("wb") as err:
         child = subprocess.Popen(command, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         try:
@@ -79,9 +81,11 @@ def check(
     runs: int,
     config: launch.LaunchConfig,
     out: Path,
+    gradients: bool = False,
     on_run: Callable[[int], None] | None = None,
 ) -> CheckResult:
     """Run ``command`` ``runs`` times (see module doc) and compare; ``on_run(i)`` after each run.
+    ``gradients=True`` records gradient fingerprints too.
 
     Raises ``launch.LaunchError`` for a command that cannot be launched.
     """
@@ -90,7 +94,7 @@ def check(
     argv = launch.bootstrap_command(command)
     result = CheckResult([])
     for index in range(runs):
-        outcome = run_once(argv, config, out / f"run-{index}", index)
+        outcome = run_once(argv, config, out / f"run-{index}", index, gradients)
         result.runs.append(outcome)
         if on_run is not None:
             on_run(index)

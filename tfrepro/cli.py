@@ -186,7 +186,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     launch.bootstrap_command(command)  # fail fast on a bad command
     out = _out_dir(args.out, "tfrepro-check-")
     result = _run_with_progress(f"tfrepro check: {args.runs} runs", args.runs,
-                                lambda on_run: check(command, runs=args.runs, config=config, out=out, on_run=on_run))
+                                lambda on_run: check(command, runs=args.runs, config=config, out=out,
+                                                             gradients=args.gradients, on_run=on_run))
     return _report_check(result, out)
 
 
@@ -235,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--runs", type=int, default=2, help="how many runs (default 2)")
     check.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder)")
     check.add_argument("--no-patch", action="store_true", help="run without tfrepro.patch (negative control)")
+    check.add_argument("--gradients", action="store_true", help="also compare every applied gradient")
     _add_launch_options(check)
     check.set_defaults(func=cmd_check)
 

@@ -19,8 +19,8 @@ class Divergence:
 
     ``kind`` is the record type ("batch", "epoch", "end"), or "schedule" when the runs visited
     different (epoch, batch) points, or "length" when one run stopped earlier. ``quantities``
-    lists what differs there (logged names, then "weights"); ``layers`` the layers whose weights
-    differ, in model order.
+    lists what differs there (logged names, then "gradients", then "weights"); ``layers`` the
+    layers whose weights differ and ``gradient_layers`` those whose gradients differ, in model order.
     """
 
     kind: str
@@ -33,6 +33,7 @@ class Divergence:
     loss_a: float | None = None
     loss_b: float | None = None
     detail: str = ""
+    gradient_layers: tuple[str, ...] = ()
 
     @property
     def quantity(self) -> str:
@@ -62,6 +63,8 @@ class Divergence:
             parts.append(f"loss {self.loss_a!r} vs {self.loss_b!r} (|diff| {self.loss_delta:.3g})")
         elif self.loss_a is not None:
             parts.append("loss identical")
+        if self.gradient_layers:
+            parts.append("gradients differ first in: " + ", ".join(self.gradient_layers))
         if self.layers:
             parts.append("weights differ first in: " + ", ".join(self.layers))
         return "; ".join(parts)
@@ -96,26 +99,37 @@ def find_difference(variables: Sequence[dict[str, Any]], a: dict[str, Any], b: d
         return Divergence("schedule", epoch, batch, step, ("schedule",), detail=detail)
     bits_a, bits_b = a.get("bits", {}), b.get("bits", {})
     quantities = _ordered({k for k in set(bits_a) | set(bits_b) if bits_a.get(k) != bits_b.get(k)})
-    differing_vars: list[int] = []
-    if "weights" in a and "weights" in b:
-        differing_vars = [i for i, (x, y) in enumerate(zip(a["weights"], b["weights"])) if x != y]
-    layers: list[str] = []
-    names: list[str] = []
-    for index in differing_vars:
-        meta = variables[index] if index < len(variables) else {"name": f"#{index}", "layer": "?"}
-        names.append(meta.get("name", f"#{index}"))
-        if meta.get("layer") not in layers:
-            layers.append(meta.get("layer"))
-    if not differing_vars and a.get("layers") != b.get("layers"):
+    gradient_names, gradient_layers = _differing(variables, a.get("gradients"), b.get("gradients"))
+    names, layers = _differing(variables, a.get("weights"), b.get("weights"))
+    if not names and a.get("layers") != b.get("layers"):
         layers = [name for name in a.get("layers", {}) if a["layers"].get(name) != b.get("layers", {}).get(name)]
+    if gradient_layers:
+        quantities.append("gradients")
     if layers:
         quantities.append("weights")
     if not quantities:
         return None
     loss_a = bits_float(bits_a["loss"]) if "loss" in bits_a else None
     loss_b = bits_float(bits_b["loss"]) if "loss" in bits_b else None
-    return Divergence(a.get("type", "?"), epoch, batch, step, tuple(quantities), tuple(layers), tuple(names),
-                      loss_a, loss_b)
+    return Divergence(a.get("type", "?"), epoch, batch, step, tuple(quantities), tuple(layers),
+                      tuple(names + gradient_names), loss_a, loss_b, gradient_layers=tuple(gradient_layers))
+
+
+def _differing(variables: Sequence[dict[str, Any]], a: list | None, b: list | None) -> tuple[list[str], list[str]]:
+    """Names of the variables whose fingerprints differ between two per-variable lists, and their
+    layers in model order (empty when either list is missing)."""
+    if a is None or b is None:
+        return [], []
+    names: list[str] = []
+    layers: list[str] = []
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x == y:
+            continue
+        meta = variables[index] if index < len(variables) else {"name": f"#{index}", "layer": "?"}
+        names.append(meta.get("name", f"#{index}"))
+        if meta.get("layer") not in layers:
+            layers.append(meta.get("layer"))
+    return names, layers
 
 
 @dataclass

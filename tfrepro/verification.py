@@ -37,12 +37,14 @@ class Verification:
         return str(self.first_failure)
 
 
-def verify(train_fn: Callable[[], Any], runs: int = 2, *, seed: int = 0, patch: bool = True) -> Verification:
+def verify(train_fn: Callable[[], Any], runs: int = 2, *, seed: int = 0, patch: bool = True,
+           gradients: bool = False) -> Verification:
     """Call ``train_fn()`` ``runs`` times and compare every ``Model.fit`` it makes, exactly.
 
     Before each run the Keras session is cleared (so layer names repeat) and every RNG is reseeded
     with ``seed``; with ``patch=True`` (default) ``tfrepro.patch(seed)`` is applied first.
     ``train_fn`` builds, compiles and fits its model(s); nothing needs to be passed to ``fit``.
+    ``gradients=True`` also compares every applied gradient (see ``ReproducibilityCallback``).
     In-process runs share one TF runtime: use ``tfrepro check`` for cross-process proof.
     """
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
@@ -58,7 +60,7 @@ def verify(train_fn: Callable[[], Any], runs: int = 2, *, seed: int = 0, patch: 
         for run in range(runs):
             keras.backend.clear_session()
             seeding.seed_everything(seed)
-            with record_fits(tmp, prefix=f"run{run}") as paths:
+            with record_fits(tmp, prefix=f"run{run}", gradients=gradients) as paths:
                 train_fn()
             if not paths:
                 raise ValueError("train_fn never called Model.fit: there is nothing to compare")

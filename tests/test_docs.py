@@ -1,0 +1,14 @@
+"""The runnable examples in the public docstrings run and show what they claim."""
+
+import doctest
+
+import pytest
+
+
+@pytest.mark.parametrize("module_name", ["tfrepro.seeding", "tfrepro.callback"])
+def test_docstring_examples(module_name, keras):
+    import importlib
+
+    module = importlib.import_module(module_name)
+    failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert tried > 0 and failures == 0
