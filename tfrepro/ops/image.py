@@ -1,0 +1,130 @@
+"""Image ops whose TF backprop has no deterministic GPU kernel (it raises under op determinism)."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfrepro.ops.segment import reduce_sum, unsorted_segment_sum
+
+_stock_resize_nearest = tf.raw_ops.ResizeNearestNeighbor
+
+
+def resize_nearest_neighbor(images, size, align_corners=False, half_pixel_centers=False, name=None):
+    """Nearest-neighbour resize of 4-D NHWC ``images`` (the op behind ``tf.image.resize(method=
+    "nearest")`` and ``UpSampling2D``). Forward: TF's kernel. Backprop: every input pixel receives
+    the order-invariant sum of the gradients of the output pixels that copied it; the copy map is
+    TF's own, read by resizing an image of pixel indices with the same options."""
+    with tf.name_scope(name or "DeterministicResizeNearestNeighbor"):
+        images = tf.convert_to_tensor(images)
+        size = tf.convert_to_tensor(size, tf.int32)
+
+        def resize(x):
+            return _stock_resize_nearest(images=x, size=size, align_corners=align_corners,
+                                         half_pixel_centers=half_pixel_centers)
+
+        @tf.custom_gradient
+        def forward(x):
+            def grad(dy):
+                shape = tf.shape(x)
+                batch, height, width, channels = shape[0], shape[1], shape[2], shape[3]
+                index = tf.reshape(tf.range(height * width, dtype=tf.float64), tf.stack([1, height, width, 1]))
+                source = tf.cast(tf.reshape(resize(index), [-1]), tf.int32)  # input pixel of each output pixel
+                rows = tf.reshape(tf.transpose(dy, [1, 2, 0, 3]), tf.stack([-1, batch * channels]))
+                summed = unsorted_segment_sum(rows, source, height * width)
+                return tf.transpose(tf.reshape(summed, tf.stack([height, width, batch, channels])), [2, 0, 1, 3])
+
+            return resize(x), grad
+
+        return forward(images)
+
+
+def _crop_coordinates(boxes: tf.Tensor, crop: tf.Tensor, size: tf.Tensor, first: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Sample positions along one axis, as TF's CropAndResize kernel computes them (float32, with its
+    double-precision centre for a crop of size 1): ``(positions [boxes, crop], ratio, crop > 1)``."""
+    start, end = boxes[:, first], boxes[:, first + 2]
+    extent = tf.cast(size - 1, tf.float32)
+    many = crop > 1
+    denominator = tf.cast(tf.maximum(crop - 1, 1), tf.float32)
+    scale = (end - start) * extent / denominator
+    steps = tf.cast(tf.range(crop), tf.float32)
+    spread = start[:, None] * extent + steps[None, :] * scale[:, None]
+    centre = tf.cast(0.5 * tf.cast(start + end, tf.float64) * tf.cast(size - 1, tf.float64), tf.float32)
+    positions = tf.where(many, spread, tf.broadcast_to(centre[:, None], tf.shape(spread)))
+    return positions, extent / denominator, many
+
+
+def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear", extrapolation_value=0.0, name=None):
+    """``tf.image.crop_and_resize``: the same sampling as TF's kernel; the backprop to the image is an
+    order-invariant sum over the output pixels that read each input pixel, and the backprop to the
+    boxes an order-invariant sum per box (TF's GPU kernels for both raise under determinism)."""
+    if method not in ("bilinear", "nearest"):
+        raise ValueError(f"method must be 'bilinear' or 'nearest'; got {method!r}")
+    with tf.name_scope(name or "DeterministicCropAndResize"):
+        image = tf.convert_to_tensor(image)
+        boxes = tf.cast(tf.convert_to_tensor(boxes), tf.float32)
+        box_indices = tf.cast(tf.convert_to_tensor(box_indices), tf.int32)
+        crop_size = tf.convert_to_tensor(crop_size, tf.int32)
+        shape = tf.shape(image)
+        batch, height, width, channels = shape[0], shape[1], shape[2], shape[3]
+        checks = [tf.debugging.assert_non_negative(box_indices, message="box_index has values outside [0, batch_size)"),
+                  tf.debugging.assert_less(box_indices, batch, message="box_index has values outside [0, batch_size)")]
+        with tf.control_dependencies(checks):
+            in_y, height_ratio, many_y = _crop_coordinates(boxes, crop_size[0], height, 0)
+        in_x, width_ratio, many_x = _crop_coordinates(boxes, crop_size[1], width, 1)
+        valid = ((in_y >= 0) & (in_y <= tf.cast(height - 1, tf.float32)))[:, :, None] & \
+                ((in_x >= 0) & (in_x <= tf.cast(width - 1, tf.float32)))[:, None, :]  # [boxes, ch, cw]
+        rows_y = [tf.cast(tf.floor(in_y), tf.int32), tf.cast(tf.math.ceil(in_y), tf.int32)]
+        cols_x = [tf.cast(tf.floor(in_x), tf.int32), tf.cast(tf.math.ceil(in_x), tf.int32)]
+        y_lerp = (in_y - tf.floor(in_y))[:, :, None, None]
+        x_lerp = (in_x - tf.floor(in_x))[:, None, :, None]
+
+        def flat_index(y: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+            y = tf.clip_by_value(y, 0, height - 1)[:, :, None]
+            x = tf.clip_by_value(x, 0, width - 1)[:, None, :]
+            return (box_indices[:, None, None] * height + y) * width + x  # [boxes, ch, cw]
+
+        corners = [flat_index(y, x) for y in rows_y for x in cols_x]  # top-left, top-right, bottom-left, bottom-right
+        # C++ round() (half away from zero; in_y, in_x >= 0 where valid) picks the nearest pixel.
+        nearest = flat_index(tf.cast(tf.floor(in_y + 0.5), tf.int32), tf.cast(tf.floor(in_x + 0.5), tf.int32))
+        sources = [nearest] if method == "nearest" else corners  # the pixels each output reads
+        mask = tf.cast(valid[..., None], tf.float32)
+
+        @tf.custom_gradient
+        def forward(image_in, boxes_in):
+            flat = tf.reshape(tf.cast(image_in, tf.float32), tf.stack([-1, channels]))
+            top_left, top_right, bottom_left, bottom_right = [tf.gather(flat, index) for index in corners]
+            if method == "nearest":
+                sampled = tf.gather(flat, nearest)
+            else:
+                top = top_left + (top_right - top_left) * x_lerp
+                bottom = bottom_left + (bottom_right - bottom_left) * x_lerp
+                sampled = top + (bottom - top) * y_lerp
+            out = tf.where(valid[..., None], sampled, tf.cast(extrapolation_value, tf.float32))
+
+            def grad(dy):
+                dy = tf.cast(dy, tf.float32) * mask
+                if method == "nearest":
+                    weights = [tf.ones_like(y_lerp * x_lerp)]
+                else:
+                    weights = [(1 - y_lerp) * (1 - x_lerp), (1 - y_lerp) * x_lerp, y_lerp * (1 - x_lerp), y_lerp * x_lerp]
+                contributions = tf.concat([tf.reshape(w * dy, tf.stack([-1, channels])) for w in weights], 0)
+                ids = tf.concat([tf.reshape(index, [-1]) for index in sources], 0)
+                d_image = unsorted_segment_sum(contributions, ids, batch * height * width)
+                d_image = tf.cast(tf.reshape(d_image, shape), image_in.dtype)
+                # The boxes' gradient uses the bilinear corners for both methods, as TF's does.
+                grad_y = (1 - x_lerp) * (bottom_left - top_left) + x_lerp * (bottom_right - top_right)
+                grad_x = (1 - y_lerp) * (top_right - top_left) + y_lerp * (bottom_right - bottom_left)
+                steps_y = tf.cast(tf.range(crop_size[0]), tf.float32)[None, :, None, None]
+                steps_x = tf.cast(tf.range(crop_size[1]), tf.float32)[None, None, :, None]
+                half_h, half_w = 0.5 * tf.cast(height - 1, tf.float32), 0.5 * tf.cast(width - 1, tf.float32)
+                d_y1 = tf.where(many_y, tf.cast(height - 1, tf.float32) - steps_y * height_ratio, half_h)
+                d_y2 = tf.where(many_y, steps_y * height_ratio, half_h)
+                d_x1 = tf.where(many_x, tf.cast(width - 1, tf.float32) - steps_x * width_ratio, half_w)
+                d_x2 = tf.where(many_x, steps_x * width_ratio, half_w)
+                per_box = [reduce_sum(g * dy * factor, axis=[1, 2, 3])
+                           for g, factor in ((grad_y, d_y1), (grad_x, d_x1), (grad_y, d_y2), (grad_x, d_x2))]
+                return d_image, tf.stack(per_box, axis=1)
+
+            return out, grad
+
+        return forward(image, boxes)
