@@ -2,9 +2,10 @@
 
 Call ``tfrepro.patch(seed)`` before building the model, or run an unmodified script with
 ``tfrepro run --seed N -- python train.py``. Importing tfrepro never imports TensorFlow;
-``tfrepro.ReproducibilityCallback`` does, on first access (it subclasses the Keras in use).
+``tfrepro.ReproducibilityCallback``, ``tfrepro.ops`` and ``tfrepro.layers`` do, on first access.
 """
 
+import importlib
 from typing import Any
 
 from tfrepro import testing
@@ -37,6 +38,8 @@ __all__ = [
     "enable_determinism",
     "environment",
     "environment_diff",
+    "layers",
+    "ops",
     "patch",
     "patched",
     "read_trace",
@@ -51,8 +54,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "ReproducibilityCallback":  # imports TensorFlow and Keras: only on first use
+    """Names that import TensorFlow (and Keras) load on first use, never at ``import tfrepro``."""
+    if name == "ReproducibilityCallback":
         from tfrepro.callback import ReproducibilityCallback
 
         return ReproducibilityCallback
+    if name in ("ops", "layers"):
+        return importlib.import_module(f"tfrepro.{name}")
     raise AttributeError(f"module 'tfrepro' has no attribute {name!r}")

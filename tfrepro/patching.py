@@ -11,7 +11,7 @@ import importlib
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from tfrepro import _tf, reporting, seeding, switches
@@ -32,6 +32,8 @@ class _Applied:
     threads: int | None
     onednn: bool | None
     saved_env: dict[str, str | None] = field(default_factory=dict)
+    ops: tuple[str, ...] = ()
+    undo_ops: Callable[[], None] | None = None
     enabled_op_determinism: bool = False  # it was off before patch(), so unpatch() turns it off
     undo_keras_jit: Callable[[], None] | None = None
 
@@ -44,7 +46,13 @@ def active_seed() -> int | None:
     return None if _applied is None else _applied.seed
 
 
-def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None) -> reporting.Report:
+def active_ops() -> tuple[str, ...]:
+    """The ops the active ``patch`` replaced with ``tfrepro.ops``."""
+    return () if _applied is None else _applied.ops
+
+
+def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
+          ops: bool | Sequence[str] = False) -> reporting.Report:
     """Make TensorFlow and Keras training deterministic and seed every RNG. Call before building the model.
 
     - Turns on op determinism the way the installed TF version reads it: ``TF_DETERMINISTIC_OPS=1``
@@ -56,6 +64,9 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     - On Keras 3 < 3.7, keeps ``compile(jit_compile="auto")`` from choosing XLA, as Keras >= 3.7 does.
     - ``threads=N`` pins TF's intra- and inter-op thread pools (CPU results depend on them);
       ``onednn=False``/``True`` sets ``TF_ENABLE_ONEDNN_OPTS``. Both act only before TF initialises.
+    - ``ops=True`` (or a list of names, see ``tfrepro.switches.REPLACEABLE_OPS``) rebinds TF's ops
+      and the internal call sites Keras and TF's gradients use to ``tfrepro.ops``: bitwise
+      order-invariant on any hardware, including ops TF cannot run deterministically on GPU.
 
     Warns (``ReproducibilityWarning``) about whatever cannot apply: called after TF's runtime
     started or after Keras layers were built, ``PYTHONHASHSEED`` not equal to the seed at interpreter
@@ -71,10 +82,11 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
         raise ValueError(f"threads must be a positive int or None; got {threads!r}")
     if onednn is not None and not isinstance(onednn, bool):
         raise ValueError(f"onednn must be True, False or None; got {onednn!r}")
+    op_names = switches.replaceable_ops(ops)
     if _tf.installed_tf_version() is None:
         _tf.import_tf()  # raises ImportError with the install command
 
-    late = _late_findings(onednn=onednn)
+    late = _late_findings(onednn=onednn, ops=bool(op_names))
     _warn_about_user_env()
 
     if _applied is None:
@@ -96,6 +108,14 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
         late += _set_threads(tf, threads)
     if plan.call_enable_op_determinism and not _tf.op_determinism_enabled():
         tf.config.experimental.enable_op_determinism()
+    if state.ops != op_names:
+        if state.undo_ops is not None:
+            state.undo_ops()
+        state.undo_ops, state.ops = None, ()
+        if op_names:
+            from tfrepro.ops import rebinding
+
+            state.undo_ops, state.ops = rebinding.rebind(op_names), op_names
     seeding.seed_everything(seed)
     if state.undo_keras_jit is None:
         state.undo_keras_jit = _guard_keras_auto_jit()
@@ -119,9 +139,10 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     return reporting.status()
 
 
-def enable_determinism(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None) -> reporting.Report:
+def enable_determinism(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
+                       ops: bool | Sequence[str] = False) -> reporting.Report:
     """Alias of ``patch``, for users of ``fwr13y.d9m.tensorflow.enable_determinism()``."""
-    return patch(seed, threads=threads, onednn=onednn)
+    return patch(seed, threads=threads, onednn=onednn, ops=ops)
 
 
 def unpatch() -> reporting.Report:
@@ -147,18 +168,21 @@ def unpatch() -> reporting.Report:
             disable()
     if _applied.undo_keras_jit is not None:
         _applied.undo_keras_jit()
+    if _applied.undo_ops is not None:
+        _applied.undo_ops()
     _applied = None
     return reporting.status()
 
 
 @contextlib.contextmanager
-def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None) -> Iterator[reporting.Report]:
+def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
+            ops: bool | Sequence[str] = False) -> Iterator[reporting.Report]:
     """``patch`` for the duration of a ``with`` block, then ``unpatch`` (for tests).
 
     If a patch was already active on entry, it stays active on exit.
     """
     was_patched = _applied is not None
-    report = patch(seed, threads=threads, onednn=onednn)
+    report = patch(seed, threads=threads, onednn=onednn, ops=ops)
     try:
         yield report
     finally:
@@ -193,7 +217,7 @@ def _warn_about_user_env() -> None:
         )
 
 
-def _late_findings(*, onednn: bool | None) -> list[str]:
+def _late_findings(*, onednn: bool | None, ops: bool) -> list[str]:
     """What has already happened in this process that patch() can no longer fully control."""
     if not _tf.tf_imported():
         return []
@@ -209,6 +233,9 @@ def _late_findings(*, onednn: bool | None) -> list[str]:
             "TensorFlow was imported first, so onednn= cannot change oneDNN in this process (set only "
             "for subprocesses); use `tfrepro run --onednn off|on`"
         )
+    if _tf.runtime_initialized() and ops:
+        findings.append("ops=...: functions TensorFlow already traced (tf.function, Keras train steps) keep "
+                        "TF's own ops; build and compile the model after patch()")
     if _tf.runtime_initialized():
         findings.append(
             "TensorFlow's runtime is already initialised: random ops that ran before patch() were not "

@@ -123,6 +123,10 @@ def status() -> Report:
                 "Python, NumPy, TF global seed and Generator, Keras" if seed is not None
                 else "call tfrepro.patch(seed) or tfrepro.seed_everything(seed)")
     )
+    replaced = patching.active_ops()
+    settings.append(Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops" if replaced else "off", None,
+                            ", ".join(replaced) if replaced else "patch(ops=True) makes segment sums, bias_add, "
+                            "softmax xent, gather, bincount, resize backprop order-invariant"))
     settings.append(_threads_setting())
     onednn = _env("TF_ENABLE_ONEDNN_OPTS")
     settings.append(

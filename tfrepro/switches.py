@@ -22,6 +22,13 @@ from dataclasses import dataclass
 from tfrepro._tf import parse_version
 
 DETERMINISM_ENV = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "TF_CUDNN_USE_FRONTEND")
+# The ops ``patch(ops=...)`` can replace with ``tfrepro.ops`` (kept here, TF-free, so that patch()
+# can check its arguments before TensorFlow loads; ``tfrepro.ops.rebinding.TABLE`` has the targets).
+REPLACEABLE_OPS = (
+    "unsorted_segment_sum", "unsorted_segment_mean", "unsorted_segment_sqrt_n", "segment_sum", "segment_mean",
+    "bias_add", "softmax_cross_entropy_with_logits", "sparse_softmax_cross_entropy_with_logits", "bincount",
+    "sparse_dense_matmul", "gather", "embedding_lookup", "resize_nearest_neighbor", "crop_and_resize",
+)
 _TRUE = ("1", "true")
 
 
@@ -56,6 +63,20 @@ def plan_for(tf_version: str | None) -> DeterminismPlan:
             env["TF_CUDNN_USE_FRONTEND"] = "1"  # deterministic cuDNN algorithm selection, TF #53771
         return DeterminismPlan(tf_version, env, False, "TF_DETERMINISTIC_OPS", limits)
     return DeterminismPlan(tf_version, env, True, "enable_op_determinism")
+
+
+def replaceable_ops(ops: object) -> tuple[str, ...]:
+    """The op names selected by ``patch(ops=...)``: True means all, False none, else a list of names."""
+    if ops is True:
+        return REPLACEABLE_OPS
+    if ops is False or ops is None:
+        return ()
+    if isinstance(ops, str) or not isinstance(ops, (list, tuple, set, frozenset)):
+        raise TypeError(f"ops must be True, False or a list of op names; got {ops!r}")
+    unknown = [name for name in ops if name not in REPLACEABLE_OPS]
+    if unknown:
+        raise ValueError(f"unknown op(s) {unknown}; tfrepro.ops replaces: {', '.join(REPLACEABLE_OPS)}")
+    return tuple(name for name in REPLACEABLE_OPS if name in ops)
 
 
 def contradicting_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

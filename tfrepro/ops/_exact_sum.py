@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfrepro.ops import _stock
+
 # Per working dtype: (bits type, mantissa bits, exponent bias, exponent mask, largest exponent a
 # single power-of-two factor may have). float16/bfloat16/float32 work in float32 (exact upcast).
 _LAYOUT = {
@@ -72,14 +74,14 @@ def segment_sum_2d(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Ten
 
 
 def _finite_sum(x: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
-    magnitude = tf.maximum(tf.math.unsorted_segment_max(tf.abs(x), segment_ids, num_segments), 0)
-    counts = tf.math.unsorted_segment_sum(tf.ones_like(segment_ids, dtype=tf.int32), segment_ids, num_segments)
+    magnitude = tf.maximum(_stock.unsorted_segment_max(tf.abs(x), segment_ids, num_segments), 0)
+    counts = _stock.unsorted_segment_sum(tf.ones_like(segment_ids, dtype=tf.int32), segment_ids, num_segments)
     precision = 62 - _bit_length(counts)  # [S]
     shift = precision[:, None] - _exponent(magnitude)  # [S, K]: x * 2**shift lies in [-2**P, 2**P]
     up_a, up_b = _pow2(shift, x.dtype)
     rows = tf.maximum(segment_ids, 0)  # negative ids are dropped by the segment sum below
-    quantised = tf.cast(tf.round(x * tf.gather(up_a, rows) * tf.gather(up_b, rows)), tf.int64)
-    total = tf.cast(tf.math.unsorted_segment_sum(quantised, segment_ids, num_segments), tf.float64)
+    quantised = tf.cast(tf.round(x * _stock.gather(up_a, rows) * _stock.gather(up_b, rows)), tf.int64)
+    total = tf.cast(_stock.unsorted_segment_sum(quantised, segment_ids, num_segments), tf.float64)
     down_a, down_b = _pow2(-shift, tf.float64)
     return tf.cast(total * down_a * down_b, x.dtype)
 
@@ -90,7 +92,7 @@ def _with_non_finite(x: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tens
     result = _finite_sum(tf.where(finite, x, tf.zeros_like(x)), segment_ids, num_segments)
 
     def present(mask: tf.Tensor) -> tf.Tensor:
-        return tf.math.unsorted_segment_max(tf.cast(mask, tf.int32), segment_ids, num_segments) > 0
+        return _stock.unsorted_segment_max(tf.cast(mask, tf.int32), segment_ids, num_segments) > 0
 
     nan, pos, neg = present(tf.math.is_nan(x)), present(tf.equal(x, float("inf"))), present(tf.equal(x, float("-inf")))
     inf = tf.constant(float("inf"), x.dtype)

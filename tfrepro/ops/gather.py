@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfrepro.ops import _stock
 from tfrepro.ops.segment import unsorted_segment_sum
-
-_stock_gather = tf.gather
-_stock_embedding_lookup = tf.nn.embedding_lookup
 
 
 def _gather_axis0(params: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
@@ -25,7 +23,7 @@ def _gather_axis0(params: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
             summed = unsorted_segment_sum(rows, position, tf.size(unique))
             return tf.IndexedSlices(summed, unique, tf.shape(p, out_type=unique.dtype))
 
-        return _stock_gather(p, indices), grad
+        return _stock.gather(p, indices), grad
 
     return forward(params)
 
@@ -42,7 +40,7 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
         indices = tf.convert_to_tensor(indices)
         axis_value = 0 if axis is None else tf.get_static_value(axis)
         if batch_dims != 0 or axis_value is None or (axis_value % max(params.shape.rank or 1, 1)) != 0:
-            return _stock_gather(params, indices, axis=axis, batch_dims=batch_dims)
+            return _stock.gather(params, indices, axis=axis, batch_dims=batch_dims)
         return _gather_axis0(params, indices)
 
 
@@ -51,7 +49,7 @@ def embedding_lookup(params, ids, max_norm=None, name=None):
     of several tensors) go to TF's own lookup."""
     if isinstance(params, (list, tuple)):
         if len(params) != 1:
-            return _stock_embedding_lookup(params, ids, max_norm=max_norm, name=name)
+            return _stock.embedding_lookup(params, ids, max_norm=max_norm, name=name)
         params = params[0]
     with tf.name_scope(name or "DeterministicEmbeddingLookup"):
         ids = tf.convert_to_tensor(ids)

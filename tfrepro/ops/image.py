@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfrepro.ops import _stock
 from tfrepro.ops.segment import reduce_sum, unsorted_segment_sum
-
-_stock_resize_nearest = tf.raw_ops.ResizeNearestNeighbor
-
 
 def resize_nearest_neighbor(images, size, align_corners=False, half_pixel_centers=False, name=None):
     """Nearest-neighbour resize of 4-D NHWC ``images`` (the op behind ``tf.image.resize(method=
@@ -19,7 +17,7 @@ def resize_nearest_neighbor(images, size, align_corners=False, half_pixel_center
         size = tf.convert_to_tensor(size, tf.int32)
 
         def resize(x):
-            return _stock_resize_nearest(images=x, size=size, align_corners=align_corners,
+            return _stock.resize_nearest_neighbor(images=x, size=size, align_corners=align_corners,
                                          half_pixel_centers=half_pixel_centers)
 
         @tf.custom_gradient
@@ -92,9 +90,9 @@ def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear", ext
         @tf.custom_gradient
         def forward(image_in, boxes_in):
             flat = tf.reshape(tf.cast(image_in, tf.float32), tf.stack([-1, channels]))
-            top_left, top_right, bottom_left, bottom_right = [tf.gather(flat, index) for index in corners]
+            top_left, top_right, bottom_left, bottom_right = [_stock.gather(flat, index) for index in corners]
             if method == "nearest":
-                sampled = tf.gather(flat, nearest)
+                sampled = _stock.gather(flat, nearest)
             else:
                 top = top_left + (top_right - top_left) * x_lerp
                 bottom = bottom_left + (bottom_right - bottom_left) * x_lerp

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfrepro.ops import _stock
 from tfrepro.ops.segment import reduce_sum
 
 
@@ -32,7 +33,7 @@ def bias_add(value, bias, data_format=None, name=None):
             def grad(dy):
                 return dy, reduce_sum(dy, axis=reduce_axes)
 
-            return tf.nn.bias_add(v, b, data_format=data_format), grad
+            return _stock.bias_add(v, b, data_format=data_format), grad
 
         return forward(value, bias)
 
@@ -90,7 +91,7 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
         @tf.custom_gradient
         def forward(logits_in):
             log_probs = _log_softmax(tf.cast(logits_in, dtype), -1)
-            picked = tf.gather(log_probs, labels, axis=-1, batch_dims=labels.shape.rank)
+            picked = _stock.gather(log_probs, labels, axis=-1, batch_dims=labels.shape.rank)
 
             def grad(dy):
                 one_hot = tf.one_hot(labels, tf.cast(classes, tf.int32), dtype=dtype)

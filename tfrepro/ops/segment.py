@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfrepro.ops import _stock
 from tfrepro.ops._exact_sum import segment_sum_2d
 
 
@@ -18,7 +19,7 @@ def _flat(data: tf.Tensor, segment_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor
 
 def _gather_drop_negatives(grad: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
     """The gradient of a segment sum: each element gets its segment's gradient; dropped ids get 0."""
-    gathered = tf.gather(grad, tf.maximum(segment_ids, 0))
+    gathered = _stock.gather(grad, tf.maximum(segment_ids, 0))
     trailing = tf.ones([tf.rank(gathered) - tf.rank(segment_ids)], tf.int32)
     keep = tf.reshape(segment_ids >= 0, tf.concat([tf.shape(segment_ids), trailing], 0))
     return tf.where(keep, gathered, tf.zeros_like(gathered))
@@ -60,13 +61,13 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
             imag = _exact_segment_sum(tf.math.imag(data), segment_ids, num_segments)
             return tf.complex(real, imag)
         if not data.dtype.is_floating:
-            return tf.math.unsorted_segment_sum(data, segment_ids, num_segments)
+            return _stock.unsorted_segment_sum(data, segment_ids, num_segments)
         return _exact_segment_sum(data, segment_ids, num_segments)
 
 
 def _segment_counts(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
     """Entries per segment (empty segments count 1), shaped to broadcast against the sums."""
-    counts = tf.math.unsorted_segment_sum(tf.ones_like(segment_ids, tf.int32), segment_ids, num_segments)
+    counts = _stock.unsorted_segment_sum(tf.ones_like(segment_ids, tf.int32), segment_ids, num_segments)
     counts = tf.cast(tf.maximum(counts, 1), data.dtype)
     trailing = tf.rank(data) - tf.rank(segment_ids)
     return tf.reshape(counts, tf.concat([tf.reshape(num_segments, [1]), tf.ones([trailing], tf.int32)], 0))
@@ -129,8 +130,8 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
         kept = tf.boolean_mask(tf.range(rank), tf.logical_not(keep))
         moved = tf.transpose(x, tf.concat([reduced, kept], 0))
         shape = tf.shape(x)
-        rows = tf.reduce_prod(tf.gather(shape, reduced))
-        kept_shape = tf.gather(shape, kept)
+        rows = tf.reduce_prod(_stock.gather(shape, reduced))
+        kept_shape = _stock.gather(shape, kept)
         flat = tf.reshape(moved, tf.stack([rows, tf.reduce_prod(kept_shape)]))
         total = unsorted_segment_sum(flat, tf.zeros([rows], tf.int32), 1)
         if keepdims:

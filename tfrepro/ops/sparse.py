@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfrepro.ops import _stock
 from tfrepro.ops.segment import reduce_sum, unsorted_segment_sum
 
 
@@ -37,14 +38,13 @@ def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=tf.int32, 
 
 
 def sparse_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=None):
-    """``tf.sparse.sparse_dense_matmul`` for real dtypes: each output row is an order-invariant sum
-    of its nonzeros' contributions; gradients for the sparse values and ``b`` likewise."""
+    """``tf.sparse.sparse_dense_matmul`` for a sparse ``sp_a`` and real dtypes: each output row is an
+    order-invariant sum of its nonzeros' contributions; gradients for the sparse values and ``b``
+    likewise. A dense ``sp_a`` with a sparse ``b``, or complex dtypes, go to TF's op."""
+    if not isinstance(sp_a, tf.SparseTensor) or sp_a.values.dtype.is_complex:
+        return _stock.sparse_dense_matmul(sp_a, b, adjoint_a=adjoint_a, adjoint_b=adjoint_b, name=name)
     with tf.name_scope(name or "DeterministicSparseDenseMatmul"):
-        if not isinstance(sp_a, tf.SparseTensor):
-            raise TypeError(f"sp_a must be a tf.SparseTensor; got {type(sp_a).__name__}")
         b = tf.convert_to_tensor(b)
-        if b.dtype.is_complex or sp_a.values.dtype.is_complex:
-            raise NotImplementedError("tfrepro.ops.sparse_dense_matmul supports real dtypes only")
         if adjoint_b:
             b = tf.transpose(b)
         rows, cols = sp_a.indices[:, 0], sp_a.indices[:, 1]
@@ -54,11 +54,11 @@ def sparse_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=None):
 
         @tf.custom_gradient
         def forward(values, dense):
-            picked = tf.gather(dense, cols)
+            picked = _stock.gather(dense, cols)
             result = unsorted_segment_sum(values[:, None] * picked, rows, out_rows)
 
             def grad(dy):
-                spread = tf.gather(dy, rows)
+                spread = _stock.gather(dy, rows)
                 d_values = reduce_sum(spread * picked, axis=1)
                 d_dense = unsorted_segment_sum(values[:, None] * spread, cols, tf.shape(dense, out_type=cols.dtype)[0])
                 return d_values, d_dense

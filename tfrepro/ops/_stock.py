@@ -1,0 +1,12 @@
+"""TensorFlow's own ops, captured before ``patch(ops=True)`` can rebind the public names, so that
+tfrepro's ops never call themselves."""
+
+import tensorflow as tf
+
+unsorted_segment_sum = tf.math.unsorted_segment_sum
+unsorted_segment_max = tf.math.unsorted_segment_max
+gather = tf.gather
+bias_add = tf.nn.bias_add
+embedding_lookup = tf.nn.embedding_lookup
+sparse_dense_matmul = tf.sparse.sparse_dense_matmul
+resize_nearest_neighbor = tf.raw_ops.ResizeNearestNeighbor

@@ -1,0 +1,125 @@
+"""``tfrepro.patch(ops=...)``: rebind TensorFlow's names, and the internal call sites that Keras and
+TF's own gradient code use, to the ops in ``tfrepro.ops``.
+
+Each target is either a public name (``tf.math.unsorted_segment_sum``), an attribute of an internal
+module that callers look up at call time (``math_ops.unsorted_segment_sum``, used by the gather
+gradient for ``axis != 0``, by ``IndexedSlices`` aggregation in the optimizers and elsewhere), or a
+generated-op module seen by one module (``indexed_slices`` densifies ``IndexedSlices`` through
+``gen_math_ops.unsorted_segment_sum``; ``tf.image.resize`` and ``crop_and_resize`` reach their kernels
+through ``image_ops_impl.gen_image_ops``): such a module is replaced, in that one module only, by a
+view that differs in the replaced ops alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import tensorflow as tf
+
+from tfrepro import ops
+from tfrepro.errors import ReproducibilityWarning
+
+# op name -> (replacement, targets). A target is "tf.<attribute path>", "<module>:<attribute>",
+# or "<module>:<generated-op module global>.<op>" (a view of that module in that module only).
+TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
+    "unsorted_segment_sum": (ops.unsorted_segment_sum, (
+        "tf.math.unsorted_segment_sum", "tf.compat.v1.math.unsorted_segment_sum",
+        "tf.compat.v1.unsorted_segment_sum", "tensorflow.python.ops.math_ops:unsorted_segment_sum",
+        "tensorflow.python.framework.indexed_slices:gen_math_ops.unsorted_segment_sum")),
+    "unsorted_segment_mean": (ops.unsorted_segment_mean, (
+        "tf.math.unsorted_segment_mean", "tf.compat.v1.math.unsorted_segment_mean",
+        "tensorflow.python.ops.math_ops:unsorted_segment_mean")),
+    "unsorted_segment_sqrt_n": (ops.unsorted_segment_sqrt_n, (
+        "tf.math.unsorted_segment_sqrt_n", "tf.compat.v1.math.unsorted_segment_sqrt_n",
+        "tensorflow.python.ops.math_ops:unsorted_segment_sqrt_n")),
+    "segment_sum": (ops.segment_sum, ("tf.math.segment_sum", "tf.compat.v1.math.segment_sum",
+                                      "tf.compat.v1.segment_sum")),
+    "segment_mean": (ops.segment_mean, ("tf.math.segment_mean", "tf.compat.v1.math.segment_mean",
+                                        "tf.compat.v1.segment_mean")),
+    "bias_add": (ops.bias_add, ("tf.nn.bias_add", "tf.compat.v1.nn.bias_add",
+                                "tensorflow.python.ops.nn_ops:bias_add")),
+    "softmax_cross_entropy_with_logits": (ops.softmax_cross_entropy_with_logits, (
+        "tf.nn.softmax_cross_entropy_with_logits", "tf.compat.v1.nn.softmax_cross_entropy_with_logits_v2",
+        "tensorflow.python.ops.nn_ops:softmax_cross_entropy_with_logits_v2")),
+    "sparse_softmax_cross_entropy_with_logits": (ops.sparse_softmax_cross_entropy_with_logits, (
+        "tf.nn.sparse_softmax_cross_entropy_with_logits",
+        "tensorflow.python.ops.nn_ops:sparse_softmax_cross_entropy_with_logits_v2")),
+    "bincount": (ops.bincount, ("tf.math.bincount", "tensorflow.python.ops.bincount_ops:bincount")),
+    "sparse_dense_matmul": (ops.sparse_dense_matmul, (
+        "tf.sparse.sparse_dense_matmul", "tf.compat.v1.sparse.sparse_dense_matmul",
+        "tf.compat.v1.sparse_tensor_dense_matmul", "tensorflow.python.ops.sparse_ops:sparse_tensor_dense_matmul")),
+    "gather": (ops.gather, ("tf.gather",)),
+    "embedding_lookup": (ops.embedding_lookup, ("tf.nn.embedding_lookup",)),
+    "resize_nearest_neighbor": (ops.resize_nearest_neighbor, (
+        "tensorflow.python.ops.image_ops_impl:gen_image_ops.resize_nearest_neighbor",)),
+    "crop_and_resize": (ops.crop_and_resize, (
+        "tensorflow.python.ops.image_ops_impl:gen_image_ops.crop_and_resize",)),
+}
+NAMES = tuple(TABLE)
+
+
+class _ModuleView(types.ModuleType):
+    """A module that answers with its overrides first and with the wrapped module otherwise."""
+
+    def __init__(self, wrapped: types.ModuleType, overrides: dict[str, Any]):
+        super().__init__(wrapped.__name__, wrapped.__doc__)
+        self.__dict__.update(overrides)
+        self.__wrapped__ = wrapped
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__wrapped__, name)
+
+
+def _owner(target: str) -> tuple[Any, str]:
+    """The object holding a target's attribute, and the attribute's name."""
+    if target.startswith("tf."):
+        *path, attribute = target.split(".")[1:]
+        owner: Any = tf
+        for part in path:
+            owner = getattr(owner, part)
+        return owner, attribute
+    module, attribute = target.split(":")
+    return importlib.import_module(module), attribute
+
+
+def rebind(names: Iterable[str]) -> Callable[[], None]:
+    """Point every target of the named ops at tfrepro's op; returns the undo."""
+    saved: list[tuple[Any, str, Any]] = []
+    views: dict[tuple[int, str], dict[str, Any]] = {}
+    owners: dict[tuple[int, str], Any] = {}
+    for name in names:
+        replacement, targets = TABLE[name]
+        bound = 0
+        for target in targets:
+            try:
+                owner, attribute = _owner(target)
+                current = getattr(owner, attribute.split(".")[0])
+            except (AttributeError, ImportError):
+                continue  # not in this TensorFlow version
+            bound += 1
+            if "." in attribute:  # an op seen through a generated-op module global
+                module_global, op = attribute.split(".")
+                key = (id(owner), module_global)
+                owners[key] = owner
+                views.setdefault(key, {})[op] = replacement
+                continue
+            saved.append((owner, attribute, current))
+            setattr(owner, attribute, replacement)
+        if not bound:
+            warnings.warn(f"tfrepro.patch(ops=...): this TensorFlow has none of the names of {name}; "
+                          "it is not replaced", ReproducibilityWarning, stacklevel=3)
+    for key, overrides in views.items():
+        owner, module_global = owners[key], key[1]
+        original = getattr(owner, module_global)
+        saved.append((owner, module_global, original))
+        setattr(owner, module_global, _ModuleView(original, overrides))
+
+    def undo() -> None:
+        for owner, attribute, original in reversed(saved):
+            setattr(owner, attribute, original)
+
+    return undo
