@@ -23,8 +23,9 @@ import tensorflow as tf
 from tfrepro import ops
 from tfrepro.errors import ReproducibilityWarning
 
-# op name -> (replacement, targets). A target is "tf.<attribute path>", "<module>:<attribute>",
-# or "<module>:<generated-op module global>.<op>" (a view of that module in that module only).
+# op name -> (replacement, targets). A target is "tf.<attribute path>" (also bound as
+# "tf.compat.v2.<attribute path>"), "<module>:<attribute>", or "<module>:<generated-op module
+# global>.<op>" (a view of that module, seen by that module only).
 TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "unsorted_segment_sum": (ops.unsorted_segment_sum, (
         "tf.math.unsorted_segment_sum", "tf.compat.v1.math.unsorted_segment_sum",
@@ -74,6 +75,17 @@ class _ModuleView(types.ModuleType):
         return getattr(self.__wrapped__, name)
 
 
+def _with_compat_v2(targets: tuple[str, ...]) -> list[str]:
+    """Each public ``tf.X`` target also as ``tf.compat.v2.X``: a separate module object, and the one
+    tf_keras (and the Keras 2 built into TF <= 2.15) calls through ``import tensorflow.compat.v2 as tf``."""
+    expanded = []
+    for target in targets:
+        expanded.append(target)
+        if target.startswith("tf.") and not target.startswith("tf.compat."):
+            expanded.append("tf.compat.v2." + target[3:])
+    return expanded
+
+
 def _owner(target: str) -> tuple[Any, str]:
     """The object holding a target's attribute, and the attribute's name."""
     if target.startswith("tf."):
@@ -94,7 +106,7 @@ def rebind(names: Iterable[str]) -> Callable[[], None]:
     for name in names:
         replacement, targets = TABLE[name]
         bound = 0
-        for target in targets:
+        for target in _with_compat_v2(targets):
             try:
                 owner, attribute = _owner(target)
                 current = getattr(owner, attribute.split(".")[0])

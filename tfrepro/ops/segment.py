@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from tfrepro.ops import _stock
@@ -135,5 +136,14 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
         flat = tf.reshape(moved, tf.stack([rows, tf.reduce_prod(kept_shape)]))
         total = unsorted_segment_sum(flat, tf.zeros([rows], tf.int32), 1)
         if keepdims:
-            return tf.reshape(total, tf.where(keep, tf.ones_like(shape), shape))
-        return tf.reshape(total, kept_shape)
+            result = tf.reshape(total, tf.where(keep, tf.ones_like(shape), shape))
+        else:
+            result = tf.reshape(total, kept_shape)
+        static_axes = None if axis is None else tf.get_static_value(axis)
+        if x.shape.rank is not None and (axis is None or static_axes is not None):
+            reduced_static = set(range(x.shape.rank)) if axis is None else \
+                {int(a) % max(x.shape.rank, 1) for a in np.reshape(static_axes, [-1])}
+            dims = x.shape.as_list()
+            result.set_shape([1 if i in reduced_static else d for i, d in enumerate(dims)] if keepdims
+                             else [d for i, d in enumerate(dims) if i not in reduced_static])
+        return result

@@ -1,0 +1,105 @@
+"""Time of each tfrepro.ops op against TensorFlow's op on the same inputs, on CPU, in one run.
+
+Every pair runs as a tf.function (forward, or forward + backward where the replacement is in the
+backward pass), interleaved, best of --reps after a warm-up. The reference case is
+unsorted_segment_sum on 200k x 64 float32 with 100 segments (goal <= 1.5x, hard bar <= 2x); the
+float64-upcast approach (order-dependent, see the facts file) is timed on the same inputs for
+comparison. Not a test: the figures are printed only.
+
+    python bench/ops_overhead.py [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tfrepro import ops
+
+
+def backward(op, *inputs):
+    """A function computing ``op``'s output and its gradients with respect to its float inputs."""
+
+    def run():
+        with tf.GradientTape() as tape:
+            for x in inputs:
+                tape.watch(x)
+            out = op(*inputs)
+        return tape.gradient(out, [x for x in inputs if x.dtype.is_floating])
+
+    return run
+
+
+def cases(rng: np.random.Generator):
+    data = tf.constant(rng.standard_normal((200_000, 64)), tf.float32)
+    ids = tf.constant(rng.integers(0, 100, 200_000), tf.int32)
+    yield ("unsorted_segment_sum 200k x 64 f32, 100 segments (reference)",
+           lambda: ops.unsorted_segment_sum(data, ids, 100), lambda: tf.math.unsorted_segment_sum(data, ids, 100))
+    yield ("  same inputs: float64 upcast (order-dependent) vs stock",
+           lambda: tf.cast(tf.math.unsorted_segment_sum(tf.cast(data, tf.float64), ids, 100), tf.float32),
+           lambda: tf.math.unsorted_segment_sum(data, ids, 100))
+    value = tf.constant(rng.standard_normal((64, 32, 32, 32)), tf.float32)
+    bias = tf.constant(rng.standard_normal(32), tf.float32)
+    yield ("bias_add fwd+bwd 64x32x32x32", backward(ops.bias_add, value, bias), backward(tf.nn.bias_add, value, bias))
+    logits = tf.constant(rng.standard_normal((4096, 1000)), tf.float32)
+    labels = tf.constant(rng.integers(0, 1000, 4096), tf.int32)
+    dense_labels = tf.one_hot(labels, 1000)
+    yield ("softmax_cross_entropy fwd+bwd 4096x1000",
+           backward(lambda lg: ops.softmax_cross_entropy_with_logits(dense_labels, lg), logits),
+           backward(lambda lg: tf.nn.softmax_cross_entropy_with_logits(dense_labels, lg), logits))
+    yield ("sparse_softmax_cross_entropy fwd+bwd 4096x1000",
+           backward(lambda lg: ops.sparse_softmax_cross_entropy_with_logits(labels, lg), logits),
+           backward(lambda lg: tf.nn.sparse_softmax_cross_entropy_with_logits(labels, lg), logits))
+    table = tf.constant(rng.standard_normal((50_000, 64)), tf.float32)
+    tokens = tf.constant(rng.integers(0, 5_000, 16_384), tf.int32)
+    yield ("gather (embedding) fwd+bwd, dense grad 50k x 64, 16k ids",
+           lambda: tf.convert_to_tensor(backward(lambda t: ops.gather(t, tokens), table)()[0]),
+           lambda: tf.convert_to_tensor(backward(lambda t: tf.gather(t, tokens), table)()[0]))
+    values = tf.constant(rng.integers(0, 1000, 1_000_000), tf.int32)
+    weights = tf.constant(rng.standard_normal(1_000_000), tf.float32)
+    yield ("bincount 1M values, weighted", lambda: ops.bincount(values, weights=weights),
+           lambda: tf.math.bincount(values, weights=weights))
+    sparse = tf.sparse.reorder(tf.SparseTensor(
+        tf.constant(np.stack([rng.integers(0, 2000, 100_000), rng.integers(0, 2000, 100_000)], 1), tf.int64),
+        tf.constant(rng.standard_normal(100_000), tf.float32), [2000, 2000]))
+    dense = tf.constant(rng.standard_normal((2000, 64)), tf.float32)
+    yield ("sparse_dense_matmul 2000x2000 (100k nnz) x 64", lambda: ops.sparse_dense_matmul(sparse, dense),
+           lambda: tf.sparse.sparse_dense_matmul(sparse, dense))
+    images = tf.constant(rng.standard_normal((32, 64, 64, 16)), tf.float32)
+    yield ("resize nearest x2 fwd+bwd 32x64x64x16",
+           backward(lambda im: ops.resize_nearest_neighbor(im, [128, 128], half_pixel_centers=True), images),
+           backward(lambda im: tf.image.resize(im, [128, 128], method="nearest"), images))
+    boxes = tf.constant(rng.uniform(0, 1, (256, 4)), tf.float32)
+    box_indices = tf.constant(rng.integers(0, 32, 256), tf.int32)
+    yield ("crop_and_resize fwd+bwd 256 boxes -> 14x14",
+           backward(lambda im, bx: ops.crop_and_resize(im, bx, box_indices, [14, 14]), images, boxes),
+           backward(lambda im, bx: tf.image.crop_and_resize(im, bx, box_indices, [14, 14]), images, boxes))
+
+
+def best(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, fn())
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    print(f"TensorFlow {tf.__version__}, CPU, best of {args.reps}")
+    print(f"{'op':58s} {'tfrepro':>9s} {'stock':>9s} {'ratio':>7s}")
+    for name, ours, stock in cases(np.random.default_rng(0)):
+        ours_fn, stock_fn = tf.function(ours), tf.function(stock)
+        ours_fn(), stock_fn()  # trace and warm up
+        ours_s, stock_s = best(ours_fn, args.reps), best(stock_fn, args.reps)
+        print(f"{name:58s} {ours_s * 1000:7.1f}ms {stock_s * 1000:7.1f}ms {ours_s / stock_s:6.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
