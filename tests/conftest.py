@@ -12,7 +12,7 @@ import pytest
 SCRIPTS = Path(__file__).parent / "scripts"
 # Variables that would make a "without tfrepro" negative control secretly deterministic.
 _DETERMINISM_VARS = ("PYTHONHASHSEED", "TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "TF_CUDNN_USE_FRONTEND",
-                     "TFREPRO_PATCH", "TFREPRO_SEED", "TFREPRO_THREADS", "TFREPRO_ONEDNN")
+                     "TFREPRO_PATCH", "TFREPRO_SEED", "TFREPRO_THREADS", "TFREPRO_ONEDNN", "TFREPRO_OPS")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -53,14 +53,14 @@ def test_stock_float_sums_are_order_dependent_negative_control():
 
 
 def _bound(values: np.ndarray, precision_dtype) -> float:
-    """The documented error bound for one segment: n * m * 2**-(P+1), plus the output rounding."""
+    """The documented error bound for one segment: n * m * 2**-P, plus the output rounding."""
     n = len(values)
     if n == 0:
         return 0.0
     m = float(np.max(np.abs(values)))
     precision = 62 - math.ceil(math.log2(n)) if n > 1 else 62
     exact = math.fsum(values)
-    return n * m * 2.0 ** -(precision + 1) + abs(exact) * float(np.finfo(precision_dtype).eps) + float(np.finfo(precision_dtype).tiny)
+    return n * m * 2.0 ** -precision + abs(exact) * float(np.finfo(precision_dtype).eps) + float(np.finfo(precision_dtype).tiny)
 
 
 @pytest.mark.parametrize("case", ["adversarial", "mixed", "subnormal", "near_overflow", "uniform"])

@@ -1,10 +1,14 @@
 """patch(ops=...): every rebound name and internal call site, and Keras training on tfrepro.ops."""
 
+import sys
+
 import numpy as np
 import pytest
 
 import tfrepro
 from tfrepro import _tf, switches
+
+from conftest import run_tfrepro
 
 tf = _tf.import_tf()
 from tfrepro import ops  # noqa: E402
@@ -171,3 +175,12 @@ def test_upsampling_dropin_matches_keras_and_trains(keras):
         model.fit(images, np.ones((4, 1)), batch_size=2, verbose=0)
 
     assert tfrepro.verify(train, runs=2).identical
+
+
+def test_tfrepro_run_ops_flag_rebinds_in_an_unmodified_script():
+    code = "import tensorflow as tf; print(tf.math.unsorted_segment_sum.__module__)"
+    with_ops = run_tfrepro("run", "--ops", "--", sys.executable, "-c", code)
+    without = run_tfrepro("run", "--", sys.executable, "-c", code)
+    assert with_ops.returncode == 0, with_ops.stderr[-2000:]
+    assert with_ops.stdout.strip().splitlines()[-1] == "tfrepro.ops.segment"
+    assert without.stdout.strip().splitlines()[-1] != "tfrepro.ops.segment"

@@ -25,6 +25,7 @@ def _configure() -> None:
         int(os.environ.get("TFREPRO_SEED", "0")),
         threads=int(threads) if threads else None,
         onednn=None if onednn is None else onednn == "1",
+        ops=os.environ.get("TFREPRO_OPS") == "1",
     )
 
 

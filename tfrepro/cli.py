@@ -49,6 +49,7 @@ def _add_launch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the seed (default 0), also PYTHONHASHSEED")
     parser.add_argument("--threads", type=int, default=None, help="pin TF's intra/inter-op thread pools to N")
     parser.add_argument("--onednn", type=_onednn, default=None, metavar="on|off", help="set TF_ENABLE_ONEDNN_OPTS")
+    parser.add_argument("--ops", action="store_true", help="patch(ops=True): use tfrepro.ops' order-invariant ops")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py [args...]")
 
 
@@ -58,7 +59,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = launch.LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn)
+    config = launch.LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops)
     command = launch.bootstrap_command(_command(args))
     env = launch.child_env(config)
     sys.stdout.flush()
@@ -181,7 +182,8 @@ def _report_check(result, out: Path) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from tfrepro.checking import check
 
-    config = launch.LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, patch=not args.no_patch)
+    config = launch.LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops,
+                                 patch=not args.no_patch)
     command = _command(args)
     launch.bootstrap_command(command)  # fail fast on a bad command
     out = _out_dir(args.out, "tfrepro-check-")

@@ -28,11 +28,12 @@ class LaunchError(Exception):
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How the child runs: the seed, thread pools, oneDNN, and whether to patch at all."""
+    """How the child runs: the seed, thread pools, oneDNN, op replacements, and whether to patch at all."""
 
     seed: int = 0
     threads: int | None = None
     onednn: bool | None = None
+    ops: bool = False
     patch: bool = True
 
     def __post_init__(self) -> None:
@@ -49,6 +50,7 @@ def child_env(config: LaunchConfig, base: dict[str, str] | None = None) -> dict[
     env = dict(os.environ if base is None else base)
     env["TFREPRO_PATCH"] = "1" if config.patch else "0"
     env["TFREPRO_SEED"] = str(config.seed)
+    env["TFREPRO_OPS"] = "1" if config.ops else "0"
     env.pop("TFREPRO_THREADS", None)
     env.pop("TFREPRO_ONEDNN", None)
     if config.threads is not None:

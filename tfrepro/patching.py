@@ -29,8 +29,6 @@ class _Applied:
     """What the active patch changed, so that ``unpatch`` can undo it."""
 
     seed: int
-    threads: int | None
-    onednn: bool | None
     saved_env: dict[str, str | None] = field(default_factory=dict)
     ops: tuple[str, ...] = ()
     undo_ops: Callable[[], None] | None = None
@@ -90,11 +88,11 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     _warn_about_user_env()
 
     if _applied is None:
-        state = _Applied(seed, threads, onednn)
+        state = _Applied(seed)
         state.enabled_op_determinism = not _op_determinism_was_on()
     else:
         state = _applied
-    state.seed, state.threads, state.onednn = seed, threads, onednn
+    state.seed = seed
     plan = switches.plan_for(_tf.installed_tf_version())
     env = dict(plan.env, PYTHONHASHSEED=str(seed))
     if onednn is not None:
@@ -108,14 +106,7 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
         late += _set_threads(tf, threads)
     if plan.call_enable_op_determinism and not _tf.op_determinism_enabled():
         tf.config.experimental.enable_op_determinism()
-    if state.ops != op_names:
-        if state.undo_ops is not None:
-            state.undo_ops()
-        state.undo_ops, state.ops = None, ()
-        if op_names:
-            from tfrepro.ops import rebinding
-
-            state.undo_ops, state.ops = rebinding.rebind(op_names), op_names
+    _replace_ops(state, op_names)
     seeding.seed_everything(seed)
     if state.undo_keras_jit is None:
         state.undo_keras_jit = _guard_keras_auto_jit()
@@ -188,6 +179,19 @@ def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = 
     finally:
         if not was_patched:
             unpatch()
+
+
+def _replace_ops(state: _Applied, op_names: tuple[str, ...]) -> None:
+    """Make ``op_names`` the replaced ops: undo a different earlier selection, then rebind."""
+    if state.ops == op_names:
+        return
+    if state.undo_ops is not None:
+        state.undo_ops()
+    state.undo_ops, state.ops = None, ()
+    if op_names:
+        from tfrepro.ops import rebinding  # imports TensorFlow: only now, after the environment is set
+
+        state.undo_ops, state.ops = rebinding.rebind(op_names), op_names
 
 
 def _op_determinism_was_on() -> bool:

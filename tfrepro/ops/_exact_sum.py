@@ -7,17 +7,17 @@ and scaled back:
 
 - For each (segment, column): ``m`` = the largest finite magnitude (a max is exact), ``e`` with
   ``m < 2**e``, and ``n`` = the number of elements (exact). ``P = 62 - ceil(log2(n))`` bits.
-- Each finite element becomes ``q = round(x * 2**(P - e))``; ``|q| <= 2**P``, so the int64 sum of
+- Each finite element becomes ``q = trunc(x * 2**(P - e))``; ``|q| < 2**P``, so the int64 sum of
   ``n`` of them stays below ``2**62``: no overflow, for any segment size.
 - The int64 sum is converted to float64 and scaled by ``2**(e - P)``, then rounded once to the
   output dtype (float16/bfloat16 data is summed as float32, exactly upcast). NaN and infinities are counted separately, with IEEE semantics (NaN if any NaN or
   both infinities, else the infinity present).
 
-Accuracy: the absolute error is at most ``n * m * 2**-(P+1)`` (quantisation) plus the final rounding;
-with ``P >= 24`` that beats a float32 sum's bound ``(n - 1) * 2**-24 * sum|x|`` for every segment of
-up to ``2**38`` elements, and a float64 sum's bound for every segment of up to ``2**9`` elements
-(beyond, the extra error stays below ``n * m * 2**-63``). Elements smaller than ``m * 2**-(P+1)``
-round to zero, as they do in a float sum that holds ``m``. The result is the same for every order
+Accuracy: the absolute error is below ``n * m * 2**-P`` (quantisation) plus the final rounding; with
+``P >= 24`` that beats a float32 sum's bound ``(n - 1) * 2**-24 * sum|x|`` for every segment of up to
+``2**38`` elements, and a float64 sum's bound for every segment of up to ``2**9`` elements (beyond,
+the extra error stays below ``n * m * 2**-62``). Elements smaller than ``m * 2**-P`` vanish, as they
+do in a float sum that holds ``m``. The result is the same for every order
 and layout of the inputs; it is not bit-equal to TF's float sum (which has no single answer).
 Signed zeros sum to +0.0.
 """
@@ -49,17 +49,19 @@ def _bit_length(count: tf.Tensor) -> tf.Tensor:
     return tf.where(below > 0, _exponent(below), 0)
 
 
+def _exact_pow2(k: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """``2**k`` in ``dtype``, built from its bits, for k in the dtype's normal exponent range."""
+    bits, mantissa, bias, _, _ = _LAYOUT[dtype]
+    return tf.bitcast(tf.bitwise.left_shift(tf.cast(k + bias, bits), mantissa), dtype)
+
+
 def _pow2(shift: tf.Tensor, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor]:
     """Two factors of ``dtype`` whose product is exactly ``2**shift`` (shift clipped to the range two
     normal factors can span)."""
-    bits, mantissa, bias, _, limit = _LAYOUT[dtype]
+    limit = _LAYOUT[dtype][4]
     shift = tf.clip_by_value(shift, -2 * limit, 2 * limit)
     half = tf.math.floordiv(shift, 2)
-
-    def exact(k: tf.Tensor) -> tf.Tensor:
-        return tf.bitcast(tf.bitwise.left_shift(tf.cast(k + bias, bits), mantissa), dtype)
-
-    return exact(half), exact(shift - half)
+    return _exact_pow2(half, dtype), _exact_pow2(shift - half, dtype)
 
 
 def segment_sum_2d(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
@@ -77,10 +79,20 @@ def _finite_sum(x: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -
     magnitude = tf.maximum(_stock.unsorted_segment_max(tf.abs(x), segment_ids, num_segments), 0)
     counts = _stock.unsorted_segment_sum(tf.ones_like(segment_ids, dtype=tf.int32), segment_ids, num_segments)
     precision = 62 - _bit_length(counts)  # [S]
-    shift = precision[:, None] - _exponent(magnitude)  # [S, K]: x * 2**shift lies in [-2**P, 2**P]
-    up_a, up_b = _pow2(shift, x.dtype)
+    shift = precision[:, None] - _exponent(magnitude)  # [S, K]: |x| * 2**shift < 2**P
     rows = tf.maximum(segment_ids, 0)  # negative ids are dropped by the segment sum below
-    quantised = tf.cast(tf.round(x * _stock.gather(up_a, rows) * _stock.gather(up_b, rows)), tf.int64)
+
+    def one_factor() -> tf.Tensor:  # the common case: 2**shift is a normal number of x's dtype
+        return x * _stock.gather(_exact_pow2(shift, x.dtype), rows)
+
+    def two_factors() -> tf.Tensor:  # segments of tiny magnitudes need scales beyond the dtype's range
+        up_a, up_b = _pow2(shift, x.dtype)
+        return x * _stock.gather(up_a, rows) * _stock.gather(up_b, rows)
+
+    bias = _LAYOUT[x.dtype][2]
+    in_range = (tf.reduce_max(shift) < bias) & (tf.reduce_min(shift) > -bias)
+    scaled = tf.cond(in_range, one_factor, two_factors)
+    quantised = tf.cast(scaled, tf.int64)  # truncation toward zero: |error| < 1 quantum per element
     total = tf.cast(_stock.unsorted_segment_sum(quantised, segment_ids, num_segments), tf.float64)
     down_a, down_b = _pow2(-shift, tf.float64)
     return tf.cast(total * down_a * down_b, x.dtype)
