@@ -8,7 +8,9 @@ warm-up epoch each:
   epoch       ReproducibilityCallback(weights="epoch")   goal <= 1.01x
   batch       ReproducibilityCallback(weights="batch")   goal <= 1.05x
   gradients   ReproducibilityCallback(weights="batch", gradients=True)
-Prints median fit times and ratios to "none". Not a test: nothing is asserted.
+Prints median fit times and ratios to "none" and to "sync" (what the callback costs beyond the
+dispatch mode any per-batch callback gets), then the cost of one fingerprint of all weights beside
+one train step, measured directly (less noisy). Not a test: nothing is asserted.
 
     python bench/callback_overhead.py [--rounds 3] [--epochs 2] [--limit 2048]
 """
@@ -71,12 +73,30 @@ def main() -> None:
                       callbacks=make_callbacks())
             times[name].append(time.perf_counter() - start)
         print(f"round {round_index}: " + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in names), flush=True)
-    base = statistics.median(times["none"])
+    base, sync = statistics.median(times["none"]), statistics.median(times["sync"])
     steps = args.epochs * -(-len(data.x_train) // 64)
     print(f"MNIST CNN, CPU, {len(data.x_train)} images x {args.epochs} epochs ({steps} steps), "
           f"median of {args.rounds}, data: {data.source}")
     for name, values in times.items():
-        print(f"  {name:9s} {statistics.median(values):7.2f} s  ratio {statistics.median(values) / base:.3f}x")
+        median = statistics.median(values)
+        print(f"  {name:9s} {median:7.2f} s  vs none {median / base:.3f}x  vs sync {median / sync:.3f}x")
+
+    from tfrepro.digest import VariableFingerprinter
+
+    fingerprinter = VariableFingerprinter(model.weights)
+    batch_x, batch_y = data.x_train[:64], data.y_train[:64]
+    fingerprinter(), model.train_on_batch(batch_x, batch_y)  # warm up
+    fingerprint_s = min(_timed(fingerprinter) for _ in range(20))
+    step_s = min(_timed(lambda: model.train_on_batch(batch_x, batch_y)) for _ in range(20))
+    print(f"  one fingerprint of all {sum(int(w.numpy().size) for w in model.weights)} weights: "
+          f"{fingerprint_s * 1000:.2f} ms; one train step (batch 64): {step_s * 1000:.1f} ms; "
+          f"ratio {fingerprint_s / step_s:.3f}")
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 if __name__ == "__main__":
