@@ -12,6 +12,7 @@ from tfrepro import _tf
 from conftest import SCRIPTS, run_python
 from nondeterminism import make_layers
 
+pytestmark = pytest.mark.keras
 tf = _tf.import_tf()
 X = np.random.RandomState(0).rand(64, 6).astype("float32")
 Y = X.sum(axis=1, keepdims=True)

@@ -105,6 +105,7 @@ def test_late_patch_names_what_may_not_apply(keras):
     assert "runtime is already initialised" in late[0]
     assert "Keras object(s)" in late[0]
     assert "threads=3" in late[0]
+    assert "onednn= cannot change oneDNN in this process" in late[0] and "tfrepro run --onednn" in late[0]
 
 
 def test_threads_are_pinned_in_a_fresh_process():

@@ -18,7 +18,7 @@ with warnings.catch_warnings(record=True) as caught:
 
         tf.constant(1.0) + 1.0  # starts TF's runtime
         layer = tf.keras.layers.Dense(2)
-        tfrepro.patch(1, threads=3)
+        tfrepro.patch(1, threads=3, onednn=False)
     elif mode == "no_tf":
         sys.modules["tensorflow"] = None  # makes `import tensorflow` fail as if not installed
         try:
