@@ -64,7 +64,10 @@ def verify(train_fn: Callable[[], Any], runs: int = 2, *, seed: int = 0, patch: 
                 train_fn()
             if not paths:
                 raise ValueError("train_fn never called Model.fit: there is nothing to compare")
-            traces.append([read_trace(p, strict=False) for p in paths])
+            run_traces = [read_trace(p, strict=False) for p in paths]
+            for index, trace in enumerate(run_traces):
+                trace.path = f"run {run}, fit {index}"  # the files live in a temporary folder only
+            traces.append(run_traces)
     result = Verification(runs, [len(t) for t in traces])
     for later in traces[1:]:
         result.comparisons += [compare(a, b) for a, b in zip(traces[0], later)]
