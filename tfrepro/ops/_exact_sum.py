@@ -64,47 +64,97 @@ def _pow2(shift: tf.Tensor, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor]:
     return _exact_pow2(half, dtype), _exact_pow2(shift - half, dtype)
 
 
+class _Segments:
+    """Groups elements [N, K] by segment id (rows), as ``unsorted_segment_sum`` does."""
+
+    def __init__(self, segment_ids: tf.Tensor, num_segments: tf.Tensor):
+        self.ids, self.num = segment_ids, num_segments
+        self.rows = tf.maximum(segment_ids, 0)  # negative ids are dropped by the segment sums
+
+    def max(self, values: tf.Tensor) -> tf.Tensor:
+        return _stock.unsorted_segment_max(values, self.ids, self.num)
+
+    def count(self) -> tf.Tensor:
+        return _stock.unsorted_segment_sum(tf.ones_like(self.ids, dtype=tf.int32), self.ids, self.num)[:, None]
+
+    def total(self, values: tf.Tensor) -> tf.Tensor:
+        return _stock.unsorted_segment_sum(values, self.ids, self.num)
+
+    def spread(self, table: tf.Tensor) -> tf.Tensor:
+        return _stock.gather(table, self.rows)
+
+
+class _Axes:
+    """Groups the elements along ``axis`` (kept as size-1 dimensions), as ``reduce_sum`` does."""
+
+    def __init__(self, values: tf.Tensor, axis: tf.Tensor):
+        self.axis = axis
+        self.n = tf.reduce_prod(tf.gather(tf.shape(values), axis))
+
+    def max(self, values: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_max(values, self.axis, keepdims=True)
+
+    def count(self) -> tf.Tensor:
+        return self.n
+
+    def total(self, values: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_sum(values, self.axis, keepdims=True)  # int64: exact in any order
+
+    def spread(self, table: tf.Tensor) -> tf.Tensor:
+        return table  # broadcasts
+
+
 def segment_sum_2d(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
     """Order-invariant ``unsorted_segment_sum`` of float ``data`` [N, K] by ``segment_ids`` [N]
     (negative ids dropped) into [num_segments, K], in float32 (float64 for float64 data). Ids >=
     num_segments raise InvalidArgumentError from TF's own kernels on CPU; GPU kernels drop them."""
-    dtype = tf.float64 if data.dtype == tf.float64 else tf.float32
-    x = tf.cast(data, dtype)
+    x = _working(data)
+    return _exact_sum(x, _Segments(segment_ids, num_segments))
+
+
+def reduce_sum_keepdims(data: tf.Tensor, axis: tf.Tensor) -> tf.Tensor:
+    """Order-invariant ``reduce_sum(data, axis, keepdims=True)`` of float data, in float32 (float64
+    for float64 data): TF's reductions on int64, no segment ops, no transposes."""
+    x = _working(data)
+    return _exact_sum(x, _Axes(x, axis))
+
+
+def _working(data: tf.Tensor) -> tf.Tensor:
+    return tf.cast(data, tf.float64 if data.dtype == tf.float64 else tf.float32)
+
+
+def _exact_sum(x: tf.Tensor, groups: _Segments | _Axes) -> tf.Tensor:
     all_finite = tf.math.is_finite(tf.reduce_sum(x))  # any NaN or infinity makes the sum non-finite
-    return tf.cond(all_finite, lambda: _finite_sum(x, segment_ids, num_segments),
-                   lambda: _with_non_finite(x, segment_ids, num_segments))
+    return tf.cond(all_finite, lambda: _finite_sum(x, groups), lambda: _with_non_finite(x, groups))
 
 
-def _finite_sum(x: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
-    magnitude = tf.maximum(_stock.unsorted_segment_max(tf.abs(x), segment_ids, num_segments), 0)
-    counts = _stock.unsorted_segment_sum(tf.ones_like(segment_ids, dtype=tf.int32), segment_ids, num_segments)
-    precision = 62 - _bit_length(counts)  # [S]
-    shift = precision[:, None] - _exponent(magnitude)  # [S, K]: |x| * 2**shift < 2**P
-    rows = tf.maximum(segment_ids, 0)  # negative ids are dropped by the segment sum below
+def _finite_sum(x: tf.Tensor, groups: _Segments | _Axes) -> tf.Tensor:
+    magnitude = tf.maximum(groups.max(tf.abs(x)), 0)
+    precision = 62 - _bit_length(groups.count())
+    shift = precision - _exponent(magnitude)  # per group and column: |x| * 2**shift < 2**P
 
     def one_factor() -> tf.Tensor:  # the common case: 2**shift is a normal number of x's dtype
-        return x * _stock.gather(_exact_pow2(shift, x.dtype), rows)
+        return x * groups.spread(_exact_pow2(shift, x.dtype))
 
-    def two_factors() -> tf.Tensor:  # segments of tiny magnitudes need scales beyond the dtype's range
+    def two_factors() -> tf.Tensor:  # groups of tiny magnitudes need scales beyond the dtype's range
         up_a, up_b = _pow2(shift, x.dtype)
-        return x * _stock.gather(up_a, rows) * _stock.gather(up_b, rows)
+        return x * groups.spread(up_a) * groups.spread(up_b)
 
     bias = _LAYOUT[x.dtype][2]
     in_range = (tf.reduce_max(shift) < bias) & (tf.reduce_min(shift) > -bias)
     scaled = tf.cond(in_range, one_factor, two_factors)
     quantised = tf.cast(scaled, tf.int64)  # truncation toward zero: |error| < 1 quantum per element
-    total = tf.cast(_stock.unsorted_segment_sum(quantised, segment_ids, num_segments), tf.float64)
+    total = tf.cast(groups.total(quantised), tf.float64)
     down_a, down_b = _pow2(-shift, tf.float64)
     return tf.cast(total * down_a * down_b, x.dtype)
 
 
-def _with_non_finite(x: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
+def _with_non_finite(x: tf.Tensor, groups: _Segments | _Axes) -> tf.Tensor:
     """The finite elements summed exactly, then IEEE semantics for the non-finite ones."""
-    finite = tf.math.is_finite(x)
-    result = _finite_sum(tf.where(finite, x, tf.zeros_like(x)), segment_ids, num_segments)
+    result = _finite_sum(tf.where(tf.math.is_finite(x), x, tf.zeros_like(x)), groups)
 
     def present(mask: tf.Tensor) -> tf.Tensor:
-        return _stock.unsorted_segment_max(tf.cast(mask, tf.int32), segment_ids, num_segments) > 0
+        return groups.max(tf.cast(mask, tf.int32)) > 0
 
     nan, pos, neg = present(tf.math.is_nan(x)), present(tf.equal(x, float("inf"))), present(tf.equal(x, float("-inf")))
     inf = tf.constant(float("inf"), x.dtype)

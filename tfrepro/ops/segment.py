@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrepro.ops import _stock
-from tfrepro.ops._exact_sum import segment_sum_2d
+from tfrepro.ops._exact_sum import reduce_sum_keepdims, segment_sum_2d
 
 
 def _flat(data: tf.Tensor, segment_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -123,27 +123,31 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
         x = tf.convert_to_tensor(input_tensor)
         if not (x.dtype.is_floating or x.dtype.is_complex):
             return tf.reduce_sum(x, axis=axis, keepdims=keepdims)
+        if x.dtype.is_complex:
+            return tf.complex(reduce_sum(tf.math.real(x), axis, keepdims), reduce_sum(tf.math.imag(x), axis, keepdims))
         rank = tf.rank(x)
         axes = tf.range(rank) if axis is None else tf.reshape(tf.convert_to_tensor(axis, tf.int32), [-1])
         axes = tf.math.floormod(axes, tf.maximum(rank, 1))
-        keep = tf.reduce_any(tf.equal(tf.range(rank)[:, None], axes[None, :]), axis=1)  # reduced dims
-        reduced = tf.boolean_mask(tf.range(rank), keep)
-        kept = tf.boolean_mask(tf.range(rank), tf.logical_not(keep))
-        moved = tf.transpose(x, tf.concat([reduced, kept], 0))
-        shape = tf.shape(x)
-        rows = tf.reduce_prod(_stock.gather(shape, reduced))
-        kept_shape = _stock.gather(shape, kept)
-        flat = tf.reshape(moved, tf.stack([rows, tf.reduce_prod(kept_shape)]))
-        total = unsorted_segment_sum(flat, tf.zeros([rows], tf.int32), 1)
-        if keepdims:
-            result = tf.reshape(total, tf.where(keep, tf.ones_like(shape), shape))
-        else:
-            result = tf.reshape(total, kept_shape)
+        reduced_dims = tf.reduce_any(tf.equal(tf.range(rank)[:, None], axes[None, :]), axis=1)
+        kept_shape = tf.boolean_mask(tf.shape(x), tf.logical_not(reduced_dims))
+
+        @tf.custom_gradient
+        def forward(values):
+            total = tf.cast(reduce_sum_keepdims(values, axes), values.dtype)
+
+            def grad(dy):
+                if not keepdims:
+                    dy = tf.reshape(dy, tf.shape(total))
+                return tf.broadcast_to(dy, tf.shape(values))
+
+            return (total if keepdims else tf.reshape(total, kept_shape)), grad
+
+        result = forward(x)
         static_axes = None if axis is None else tf.get_static_value(axis)
         if x.shape.rank is not None and (axis is None or static_axes is not None):
-            reduced_static = set(range(x.shape.rank)) if axis is None else \
+            reduced = set(range(x.shape.rank)) if axis is None else \
                 {int(a) % max(x.shape.rank, 1) for a in np.reshape(static_axes, [-1])}
             dims = x.shape.as_list()
-            result.set_shape([1 if i in reduced_static else d for i, d in enumerate(dims)] if keepdims
-                             else [d for i, d in enumerate(dims) if i not in reduced_static])
+            result.set_shape([1 if i in reduced else d for i, d in enumerate(dims)] if keepdims
+                             else [d for i, d in enumerate(dims) if i not in reduced])
         return result
