@@ -41,6 +41,8 @@ def test_check_reports_a_script_that_never_fits_or_fails(tmp_path):
     assert "boom in training" in proc.stdout  # the tail of the run's stderr
     proc = run_tfrepro("check", "--runs", "1", "--", sys.executable, str(failing))
     assert proc.returncode == 2 and "at least 2" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_tfrepro("demo", "--epochs", "0")
+    assert proc.returncode == 2 and "--epochs must be >= 1" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def _trace(path, losses, shape=(2, 1)):

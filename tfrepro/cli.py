@@ -89,10 +89,9 @@ def cmd_env(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(env, indent=2, sort_keys=True))
         return EXIT_OK
-    from rich.console import Console
     from rich.pretty import Pretty
 
-    Console().print(Pretty(env, expand_all=True))
+    _console().print(Pretty(env, expand_all=True))
     return EXIT_OK
 
 
@@ -103,9 +102,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
         return EXIT_OK
-    from rich.console import Console
-
-    Console().print(report)
+    _console().print(report)
     return EXIT_OK
 
 
@@ -198,6 +195,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from tfrepro.demo import epoch_losses, run_demo
 
+    if args.epochs < 1 or args.limit < 64:
+        raise launch.LaunchError("--epochs must be >= 1 and --limit >= 64")
     out = _out_dir(args.out, "tfrepro-demo-")
     console = _console()
     mode = "without tfrepro (negative control: no patch, no seed)" if args.no_patch else f"with tfrepro.patch({args.seed})"
