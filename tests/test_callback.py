@@ -1,7 +1,6 @@
 """ReproducibilityCallback, verify and assert_reproducible on real Keras (3, or 2 via tf-keras)."""
 
 import json
-import warnings
 
 import numpy as np
 import pytest
