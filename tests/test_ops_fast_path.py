@@ -1,0 +1,98 @@
+"""The fast segment-sum path gives the canonical bits whenever it is taken, and is not taken otherwise.
+
+``tfrepro.ops`` defines each sum by one canonical computation (a scale per segment and column; see
+``tfrepro.ops._exact_sum``). The fast path scales whole segments, which is exact, and so equal to
+the canonical result, only when every element quantises to an integer; a check decides. These tests
+compare the two paths bit for bit, force chunking and both int64 accumulators, and show (negative
+control) that the fast path's own answer differs where the check rejects it.
+"""
+
+import contextlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfrepro import _tf
+
+tf = _tf.import_tf()
+from tfrepro import ops  # noqa: E402  (imports TensorFlow)
+from tfrepro.ops import _exact_sum  # noqa: E402
+
+
+def bits(tensor):
+    return np.asarray(tf.convert_to_tensor(tensor)).tobytes()
+
+
+def canonical(data, ids, num_segments):
+    x = tf.cast(tf.convert_to_tensor(data), tf.float32)
+    return _exact_sum._exact_sum(x, _exact_sum._Segments(tf.constant(ids), tf.constant(num_segments)))
+
+
+def fast(data, ids, num_segments):
+    x = tf.cast(tf.convert_to_tensor(data), tf.float32)
+    return _exact_sum._segment_sum_one_scale(x, tf.constant(ids), tf.constant(num_segments))
+
+
+@contextlib.contextmanager
+def chunk_elements(count: int):
+    saved = _exact_sum.CHUNK_ELEMENTS
+    _exact_sum.CHUNK_ELEMENTS = count
+    try:
+        yield
+    finally:
+        _exact_sum.CHUNK_ELEMENTS = saved
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 300), k=st.integers(1, 6), segments=st.integers(1, 9), span=st.sampled_from([0, 8, 24, 60]),
+       chunk=st.sampled_from([1, 7, 64, 1 << 20]), seed=st.integers(0, 2**32 - 1))
+def test_fast_path_equals_the_canonical_sum_whenever_it_is_exact(n, k, segments, span, chunk, seed):
+    rng = np.random.default_rng(seed)
+    data = (rng.standard_normal((n, k)) * np.exp2(rng.integers(-span, span + 1, (n, k)))).astype(np.float32)
+    data[rng.random((n, k)) < 0.1] = 0.0
+    ids = rng.integers(-1, segments, n).astype(np.int32)
+    expected = canonical(data, ids, segments)
+    with chunk_elements(chunk):
+        result, exact = fast(data, ids, segments)
+        assert bits(ops.unsorted_segment_sum(data, ids, segments)) == bits(expected)
+    if exact:
+        assert bits(result) == bits(expected)
+    if span == 0:
+        assert exact  # magnitudes within a factor of ~8: always exact
+
+
+def test_the_check_rejects_a_segment_whose_magnitudes_span_too_far_negative_control():
+    data = np.array([[1.0, 3e-20], [1.0, -1e-20], [2.0, 5e-21]], np.float32)  # column 1 is tiny next to column 0
+    ids = np.zeros(3, np.int32)
+    result, exact = fast(data, ids, 1)
+    assert not exact
+    assert bits(result) != bits(canonical(data, ids, 1))  # the fast answer lost column 1: it must not be used
+    np.testing.assert_allclose(ops.unsorted_segment_sum(data, ids, 1).numpy(), [[4.0, 2.5e-20]], rtol=1e-6)
+    assert bits(ops.unsorted_segment_sum(data, ids, 1)) == bits(canonical(data, ids, 1))
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_non_finite_values_leave_the_fast_path(value):
+    data = np.array([[1.0, 2.0], [value, 1.0], [3.0, 4.0]], np.float32)
+    ids = np.array([0, 1, 1], np.int32)
+    assert not fast(data, ids, 2)[1]
+    assert bits(ops.unsorted_segment_sum(data, ids, 2)) == bits(canonical(data, ids, 2))
+
+
+def test_both_int64_accumulators_give_the_same_sums():
+    rng = np.random.default_rng(11)
+    q = tf.constant(rng.integers(-(2**55), 2**55, (500, 7)), tf.int64)
+    slot = tf.constant(rng.integers(0, 13, 500), tf.int32)
+    by_bincount = _exact_sum._sums_by_bincount(q, slot, tf.constant(13))
+    by_segment = _exact_sum._sums_by_segment(q, slot, tf.constant(13))
+    assert by_bincount.shape == (13, 7) and bits(by_bincount) == bits(by_segment)
+
+
+def test_xla_compiles_the_same_bits():
+    rng = np.random.default_rng(12)
+    data = tf.constant(rng.standard_normal((1000, 5)), tf.float32)
+    ids = tf.constant(rng.integers(0, 4, 1000), tf.int32)
+    compiled = tf.function(lambda d, i: ops.unsorted_segment_sum(d, i, 4), jit_compile=True)
+    assert bits(compiled(data, ids)) == bits(ops.unsorted_segment_sum(data, ids, 4))
