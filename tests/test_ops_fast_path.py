@@ -25,14 +25,20 @@ def bits(tensor):
     return np.asarray(tf.convert_to_tensor(tensor)).tobytes()
 
 
-def canonical(data, ids, num_segments):
-    x = tf.cast(tf.convert_to_tensor(data), tf.float32)
-    return _exact_sum._exact_sum(x, _exact_sum._Segments(tf.constant(ids), tf.constant(num_segments)))
+def segments(ids, num_segments, accumulate=None):
+    groups = _exact_sum._Segments(tf.constant(ids), tf.constant(num_segments))
+    groups.accumulate = accumulate or groups.accumulate
+    return groups
 
 
-def fast(data, ids, num_segments):
+def canonical(data, ids, num_segments, accumulate=None):
     x = tf.cast(tf.convert_to_tensor(data), tf.float32)
-    return _exact_sum._segment_sum_one_scale(x, tf.constant(ids), tf.constant(num_segments))
+    return _exact_sum._exact_sum(x, segments(ids, num_segments, accumulate))
+
+
+def fast(data, ids, num_segments, accumulate=None):
+    x = tf.cast(tf.convert_to_tensor(data), tf.float32)
+    return _exact_sum._segment_sum_one_scale(x, segments(ids, num_segments, accumulate))
 
 
 @contextlib.contextmanager
@@ -96,3 +102,23 @@ def test_xla_compiles_the_same_bits():
     ids = tf.constant(rng.integers(0, 4, 1000), tf.int32)
     compiled = tf.function(lambda d, i: ops.unsorted_segment_sum(d, i, 4), jit_compile=True)
     assert bits(compiled(data, ids)) == bits(ops.unsorted_segment_sum(data, ids, 4))
+
+
+@pytest.mark.parametrize("rows, count", [(3000, 5), (40, 5)])  # a presence table, and a segment max
+def test_both_ways_to_find_the_largest_exponent_and_both_accumulators_agree(rows, count):
+    rng = np.random.default_rng(rows)
+    values = tf.constant(rng.integers(0, 256, rows), tf.int32)
+    slot = tf.constant(rng.integers(0, count, rows), tf.int32)
+    expected = tf.maximum(tf.math.unsorted_segment_max(values, slot, count), 0)
+    for accumulate in (_exact_sum._sums_by_bincount, _exact_sum._sums_by_segment):
+        largest = _exact_sum._largest_per_slot(values, segments(slot.numpy(), count, accumulate))[:count]
+        assert bits(largest) == bits(expected)
+    data = (rng.standard_normal((rows, 3)) * np.exp2(rng.integers(-4, 4, (rows, 3)))).astype(np.float32)
+    ids = rng.integers(-1, count, rows).astype(np.int32)
+    expected = canonical(data, ids, count)
+    tiny = data.copy()
+    tiny[0, 0] = 1e-30  # too small to be exact: the canonical path
+    for accumulate in (_exact_sum._sums_by_bincount, _exact_sum._sums_by_segment):
+        result, exact = fast(data, ids, count, accumulate)
+        assert exact and bits(result) == bits(expected)
+        assert bits(canonical(tiny, ids, count, accumulate)) == bits(canonical(tiny, ids, count))

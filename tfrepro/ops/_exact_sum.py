@@ -48,11 +48,19 @@ _LAYOUT = {
 }
 
 
+def _biased_exponent(m: tf.Tensor) -> tf.Tensor:
+    """The exponent field of ``m``'s bits (0 for zeros and subnormals, all ones for NaN and inf)."""
+    bits, mantissa, _, mask, _ = _LAYOUT[m.dtype]
+    return tf.bitwise.bitwise_and(tf.bitwise.right_shift(tf.bitcast(m, bits), mantissa), mask)
+
+
 def _exponent(m: tf.Tensor) -> tf.Tensor:
     """For finite ``m >= 0``: the int32 ``e`` with ``m < 2**e`` (and ``m >= 2**(e-1)`` if m is normal)."""
-    bits, mantissa, bias, mask, _ = _LAYOUT[m.dtype]
-    biased = tf.bitwise.bitwise_and(tf.bitwise.right_shift(tf.bitcast(m, bits), mantissa), mask)
-    return tf.cast(tf.maximum(biased, 1) - (bias - 1), tf.int32)
+    return _unbiased(_biased_exponent(m), m.dtype)
+
+
+def _unbiased(biased: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    return tf.cast(tf.maximum(biased, 1) - (_LAYOUT[dtype][2] - 1), tf.int32)
 
 
 def _bit_length(count: tf.Tensor) -> tf.Tensor:
@@ -77,23 +85,34 @@ def _pow2(shift: tf.Tensor, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 class _Segments:
-    """Groups elements [N, K] by segment id (rows), as ``unsorted_segment_sum`` does."""
+    """Groups elements [N, K] by segment id (rows), as ``unsorted_segment_sum`` does. Ids >=
+    num_segments raise InvalidArgumentError (on every device); negative ids are dropped."""
 
     def __init__(self, segment_ids: tf.Tensor, num_segments: tf.Tensor):
         self.ids, self.num = segment_ids, num_segments
-        self.rows = tf.maximum(segment_ids, 0)  # negative ids are dropped by the segment sums
+        in_range = tf.debugging.assert_less(segment_ids, tf.cast(num_segments, segment_ids.dtype),
+                                            message="segment ids must be < num_segments")
+        with tf.control_dependencies([in_range]):  # dropped rows go to a spare slot, num_segments
+            self.slot = tf.where(segment_ids >= 0, tf.cast(segment_ids, tf.int32), num_segments)
+        self.slots = num_segments + 1
+        self.accumulate = _accumulator()
 
     def max(self, values: tf.Tensor) -> tf.Tensor:
         return _stock.unsorted_segment_max(values, self.ids, self.num)
 
     def count(self) -> tf.Tensor:
-        return _stock.unsorted_segment_sum(tf.ones_like(self.ids, dtype=tf.int32), self.ids, self.num)[:, None]
+        n = tf.shape(self.slot)[0]
+        return self.accumulate(tf.ones(tf.stack([n, 1]), tf.int64), self.slot, self.slots)[:self.num]
 
-    def total(self, values: tf.Tensor) -> tf.Tensor:
-        return _stock.unsorted_segment_sum(values, self.ids, self.num)
+    def quantised_total(self, x: tf.Tensor, shift: tf.Tensor) -> tf.Tensor:
+        """The int64 sums of ``trunc(x * 2**shift)``, ``shift`` per segment and column."""
+        up_a, up_b = (tf.concat([factor, tf.zeros_like(factor[:1])], 0) for factor in _pow2(shift, x.dtype))
 
-    def spread(self, table: tf.Tensor) -> tf.Tensor:
-        return _stock.gather(table, self.rows)
+        def scaled(start: tf.Tensor, end: tf.Tensor) -> tf.Tensor:
+            at = self.slot[start:end]
+            return x[start:end] * _stock.gather(up_a, at) * _stock.gather(up_b, at)  # exact products
+
+        return _chunked_int64_sums(x, scaled, self, check=False)[0][:self.num]
 
 
 class _Axes:
@@ -109,11 +128,20 @@ class _Axes:
     def count(self) -> tf.Tensor:
         return self.n
 
-    def total(self, values: tf.Tensor) -> tf.Tensor:
-        return tf.reduce_sum(values, self.axis, keepdims=True)  # int64: exact in any order
+    def quantised_total(self, x: tf.Tensor, shift: tf.Tensor) -> tf.Tensor:
+        """The int64 sums of ``trunc(x * 2**shift)``, ``shift`` per group (broadcast)."""
+        bias = _LAYOUT[x.dtype][2]
 
-    def spread(self, table: tf.Tensor) -> tf.Tensor:
-        return table  # broadcasts
+        def one_factor() -> tf.Tensor:  # the common case: 2**shift is a normal number of x's dtype
+            return x * _exact_pow2(shift, x.dtype)
+
+        def two_factors() -> tf.Tensor:  # groups of tiny magnitudes need scales beyond the dtype's range
+            up_a, up_b = _pow2(shift, x.dtype)
+            return x * up_a * up_b
+
+        in_range = (tf.reduce_max(shift) < bias) & (tf.reduce_min(shift) > -bias)
+        quantised = tf.cast(tf.cond(in_range, one_factor, two_factors), tf.int64)
+        return tf.reduce_sum(quantised, self.axis, keepdims=True)  # int64: exact in any order
 
 
 def segment_sum_2d(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
@@ -124,65 +152,83 @@ def segment_sum_2d(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Ten
     groups = _Segments(segment_ids, num_segments)
     if x.dtype != tf.float32:
         return _exact_sum(x, groups)
-    fast, exact = _segment_sum_one_scale(x, segment_ids, num_segments)
+    fast, exact = _segment_sum_one_scale(x, groups)
     return tf.cond(exact, lambda: fast, lambda: _exact_sum(x, groups))
 
 
 CHUNK_ELEMENTS = 1 << 20  # per quantisation step: 4 MiB of float32, 8 MiB of int64
 
 
-def _segment_sum_one_scale(x: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor
-                           ) -> tuple[tf.Tensor, tf.Tensor]:
+def _segment_sum_one_scale(x: tf.Tensor, groups: _Segments) -> tuple[tf.Tensor, tf.Tensor]:
     """The fast path (module doc): float32 ``x`` [N, K] summed with one scale per segment. Returns
     the sums and whether every element was quantised exactly (then they equal the canonical ones)."""
-    n = tf.shape(x)[0]
-    row_magnitude = tf.maximum(tf.reduce_max(x, 1), -tf.reduce_min(x, 1))  # NaN rows fail the check below
-    magnitude = tf.maximum(_stock.unsorted_segment_max(row_magnitude, segment_ids, num_segments), 0)
-    # Dropped rows (negative ids; ids >= num_segments, which raised above on CPU) go to a spare slot.
-    kept = (segment_ids >= 0) & (segment_ids < tf.cast(num_segments, segment_ids.dtype))
-    slot = tf.where(kept, tf.cast(segment_ids, tf.int32), num_segments)
-    accumulate = _accumulator()
-    counts = accumulate(tf.ones(tf.stack([n, 1]), tf.int64), slot, num_segments + 1)[:num_segments, 0]
-    shift = tf.minimum(62 - _bit_length(counts) - _exponent(magnitude), _LAYOUT[tf.float32][4])
-    row_scale = _stock.gather(tf.concat([_exact_pow2(shift, tf.float32), [0.0]], 0), slot)[:, None]
-    totals, exact = _chunked_int64_sums(x, row_scale, slot, num_segments + 1, accumulate)
+    row_magnitude = tf.maximum(tf.reduce_max(x, 1), -tf.reduce_min(x, 1))  # NaN and inf fail the check
+    largest = _largest_per_slot(_biased_exponent(row_magnitude), groups)[:groups.num]
+    shift = tf.minimum(62 - _bit_length(groups.count()[:, 0]) - _unbiased(largest, tf.float32), _LAYOUT[tf.float32][4])
+    row_scale = _stock.gather(tf.concat([_exact_pow2(shift, tf.float32), [0.0]], 0), groups.slot)[:, None]
+    totals, exact = _chunked_int64_sums(x, lambda start, end: x[start:end] * row_scale[start:end], groups, check=True)
     down = _exact_pow2(-shift, tf.float64)[:, None]
-    return tf.cast(tf.cast(totals[:num_segments], tf.float64) * down, tf.float32), exact
+    return tf.cast(tf.cast(totals[:groups.num], tf.float64) * down, tf.float32), exact
 
 
-def _chunked_int64_sums(x: tf.Tensor, row_scale: tf.Tensor, slot: tf.Tensor, slots: tf.Tensor, accumulate
-                        ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Sum ``trunc(x * row_scale)`` as int64 by ``slot`` (in [0, slots)) into [slots, K], a chunk of
-    rows at a time; also whether every product was an integer (no NaN, no infinity, no fraction)."""
+def _largest_per_slot(values: tf.Tensor, groups: _Segments) -> tf.Tensor:
+    """The largest of int ``values`` [N] in [0, 256) per slot (0 for empty slots): from a presence
+    table (DenseBincount) where that table is no larger than the input, else a segment max."""
+    def segment_max() -> tf.Tensor:
+        return tf.maximum(_stock.unsorted_segment_max(values, groups.slot, groups.slots), 0)
+
+    if groups.accumulate is _sums_by_segment:
+        return segment_max()
+
+    def table() -> tf.Tensor:
+        present = tf.raw_ops.DenseBincount(input=groups.slot * 256 + values, size=groups.slots * 256,
+                                           weights=tf.zeros([0], tf.int32), binary_output=True)
+        return tf.reduce_max(tf.reshape(present, tf.stack([groups.slots, 256])) * tf.range(256), 1)
+
+    return tf.cond(groups.slots * 256 <= tf.size(values), table, segment_max)
+
+
+def _chunked_int64_sums(x: tf.Tensor, scaled, groups: _Segments, check: bool) -> tuple[tf.Tensor, tf.Tensor]:
+    """Sum ``trunc(scaled(start, end))`` (the scaled rows [start, end) of ``x`` [N, K]) as int64 per
+    slot into [slots, K], a chunk of rows at a time; with ``check``, also whether every scaled value
+    was an integer (no NaN, no infinity, no fraction)."""
     n, k = tf.shape(x)[0], tf.shape(x)[1]
 
-    def quantise(rows: tf.Tensor, scale: tf.Tensor, at: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        scaled = rows * scale
-        exact = tf.equal(tf.reduce_sum(scaled - tf.floor(scaled)), 0.0)  # a sum of non-negatives
-        return accumulate(tf.cast(scaled, tf.int64), at, slots), exact
+    def quantise(start: tf.Tensor, end: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        values = scaled(start, end)
+        exact = tf.equal(tf.reduce_sum(values - tf.floor(values)), 0) if check else tf.constant(True)  # sums >= 0
+        return groups.accumulate(tf.cast(values, tf.int64), groups.slot[start:end], groups.slots), exact
 
     if _in_xla_context():  # XLA needs static slice sizes: one step
-        return quantise(x, row_scale, slot)
-    rows = tf.maximum(CHUNK_ELEMENTS // tf.maximum(k, 1), slots)  # keeps the per-step output <= input
+        return quantise(0, n)
+    rows = tf.maximum(CHUNK_ELEMENTS // tf.maximum(k, 1), groups.slots)  # each step adds a [slots, K] table
 
     def step(start, totals, exact):
         end = tf.minimum(start + rows, n)
-        part, part_exact = quantise(x[start:end], row_scale[start:end], slot[start:end])
+        part, part_exact = quantise(start, end)
         return end, totals + part, exact & part_exact
 
-    _, totals, exact = tf.while_loop(lambda start, *_: start < n, step,
-                                     (tf.constant(0), tf.zeros(tf.stack([slots, k]), tf.int64), tf.constant(True)),
-                                     parallel_iterations=2)
+    _, totals, exact = tf.while_loop(
+        lambda start, *_: start < n, step,
+        (tf.constant(0), tf.zeros(tf.stack([groups.slots, k]), tf.int64), tf.constant(True)), parallel_iterations=2)
     return totals, exact
 
 
 def _accumulator():
     """``(q [R, K] int64, slot [R], slots) -> [slots, K]`` int64 sums by slot. Integer sums are exact,
-    so both choices give the same bits; DenseBincount is the faster on CPU but raises under op
-    determinism on GPUs."""
+    so every choice gives the same bits. On CPU, DenseBincount is the faster while its table of
+    ``slots * K`` sums stays in cache; it raises under op determinism on GPUs."""
     if tf.config.list_logical_devices("GPU") or _in_xla_context():
         return _sums_by_segment
-    return _sums_by_bincount
+    return _sums_by_bincount_when_small
+
+
+BINCOUNT_TABLE = 1 << 18  # int64 sums: 2 MiB
+
+
+def _sums_by_bincount_when_small(q: tf.Tensor, slot: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
+    return tf.cond(slots * tf.shape(q)[1] <= BINCOUNT_TABLE, lambda: _sums_by_bincount(q, slot, slots),
+                   lambda: _sums_by_segment(q, slot, slots))
 
 
 def _sums_by_segment(q: tf.Tensor, slot: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
@@ -220,21 +266,8 @@ def _exact_sum(x: tf.Tensor, groups: _Segments | _Axes) -> tf.Tensor:
 
 def _finite_sum(x: tf.Tensor, groups: _Segments | _Axes) -> tf.Tensor:
     magnitude = tf.maximum(groups.max(tf.abs(x)), 0)
-    precision = 62 - _bit_length(groups.count())
-    shift = precision - _exponent(magnitude)  # per group and column: |x| * 2**shift < 2**P
-
-    def one_factor() -> tf.Tensor:  # the common case: 2**shift is a normal number of x's dtype
-        return x * groups.spread(_exact_pow2(shift, x.dtype))
-
-    def two_factors() -> tf.Tensor:  # groups of tiny magnitudes need scales beyond the dtype's range
-        up_a, up_b = _pow2(shift, x.dtype)
-        return x * groups.spread(up_a) * groups.spread(up_b)
-
-    bias = _LAYOUT[x.dtype][2]
-    in_range = (tf.reduce_max(shift) < bias) & (tf.reduce_min(shift) > -bias)
-    scaled = tf.cond(in_range, one_factor, two_factors)
-    quantised = tf.cast(scaled, tf.int64)  # truncation toward zero: |error| < 1 quantum per element
-    total = tf.cast(groups.total(quantised), tf.float64)
+    shift = 62 - _bit_length(groups.count()) - _exponent(magnitude)  # per group and column: |x| * 2**shift < 2**P
+    total = tf.cast(groups.quantised_total(x, shift), tf.float64)
     down_a, down_b = _pow2(-shift, tf.float64)
     return tf.cast(total * down_a * down_b, x.dtype)
 
