@@ -214,3 +214,14 @@ def test_ops_work_in_tf_function():
     assert segment.numpy().tolist() == [[6.0, 8.0], [0.0, 0.0], [3.0, 4.0]]
     assert total.numpy() == 21.0 and counts.numpy().tolist() == [2, 0, 1]
     np.testing.assert_allclose(xent, [math.log(3)] * 2, rtol=1e-6)
+
+
+def test_sums_over_leading_axes_in_row_blocks_match_the_plain_reduction():
+    rng = np.random.default_rng(9)
+    for shape, axes in (((1000, 3), [0]), ((5, 100, 7, 2), [0, 1, 2]), ((300, 4), [0])):
+        x = tf.constant(rng.standard_normal(shape) * np.exp2(rng.integers(-30, 30, shape)), tf.float32)
+        moved = tf.transpose(x, list(range(1, len(shape))) + [0])  # the same sums over trailing axes: no blocks
+        plain = ops.reduce_sum(moved, axis=[a - 1 if a else len(shape) - 1 for a in axes])
+        assert bits(ops.reduce_sum(x, axis=axes)) == bits(plain)
+        np.testing.assert_allclose(ops.reduce_sum(x, axis=axes), np.sum(x.numpy().astype(np.float64), axis=tuple(axes)),
+                                   rtol=1e-6)

@@ -36,6 +36,7 @@ they use the segment sum, since DenseBincount has no deterministic GPU kernel. B
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from tfrepro.ops import _stock
@@ -100,6 +101,9 @@ class _Segments:
     def max(self, values: tf.Tensor) -> tf.Tensor:
         return _stock.unsorted_segment_max(values, self.ids, self.num)
 
+    def magnitude(self, x: tf.Tensor) -> tf.Tensor:
+        return self.max(tf.abs(x))
+
     def count(self) -> tf.Tensor:
         n = tf.shape(self.slot)[0]
         return self.accumulate(tf.ones(tf.stack([n, 1]), tf.int64), self.slot, self.slots)[:self.num]
@@ -125,6 +129,10 @@ class _Axes:
     def max(self, values: tf.Tensor) -> tf.Tensor:
         return tf.reduce_max(values, self.axis, keepdims=True)
 
+    def magnitude(self, x: tf.Tensor) -> tf.Tensor:
+        """The largest ``|x|`` per group, from two reads of ``x`` (no ``|x|`` written)."""
+        return tf.maximum(self.max(x), -tf.reduce_min(x, self.axis, keepdims=True))
+
     def count(self) -> tf.Tensor:
         return self.n
 
@@ -141,7 +149,32 @@ class _Axes:
 
         in_range = (tf.reduce_max(shift) < bias) & (tf.reduce_min(shift) > -bias)
         quantised = tf.cast(tf.cond(in_range, one_factor, two_factors), tf.int64)
-        return tf.reduce_sum(quantised, self.axis, keepdims=True)  # int64: exact in any order
+        return self._total(quantised)
+
+    def _total(self, quantised: tf.Tensor) -> tf.Tensor:
+        """The int64 sums (exact in any order and grouping). Sums over leading axes (a bias gradient)
+        go in blocks of rows: TF's int64 reduction over a leading axis is slow."""
+        lead = _leading_block(self.axis, quantised.shape.rank)
+        if lead is None:
+            return tf.reduce_sum(quantised, self.axis, keepdims=True)
+        shape = tf.shape(quantised)
+        rows = tf.reshape(quantised, tf.stack([tf.reduce_prod(shape[:lead]), tf.reduce_prod(shape[lead:])]))
+        whole = tf.shape(rows)[0] // _ROW_BLOCK * _ROW_BLOCK
+        blocks = tf.reshape(rows[:whole], tf.stack([-1, _ROW_BLOCK, tf.shape(rows)[1]]))
+        total = tf.reduce_sum(tf.reduce_sum(blocks, 1), 0) + tf.reduce_sum(rows[whole:], 0)
+        return tf.reshape(total, tf.concat([tf.ones([lead], tf.int32), shape[lead:]], 0))
+
+
+def _leading_block(axis: tf.Tensor, rank: int | None) -> int | None:
+    """``r`` when ``axis`` is statically ``[0, ..., r - 1]`` with ``0 < r < rank``; else None."""
+    value = tf.get_static_value(axis)
+    if value is None or rank is None:
+        return None
+    axes = sorted(int(a) for a in np.reshape(value, [-1]))
+    return len(axes) if 0 < len(axes) < rank and axes == list(range(len(axes))) else None
+
+
+_ROW_BLOCK = 256
 
 
 def segment_sum_2d(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
@@ -265,7 +298,7 @@ def _exact_sum(x: tf.Tensor, groups: _Segments | _Axes) -> tf.Tensor:
 
 
 def _finite_sum(x: tf.Tensor, groups: _Segments | _Axes) -> tf.Tensor:
-    magnitude = tf.maximum(groups.max(tf.abs(x)), 0)
+    magnitude = tf.maximum(groups.magnitude(x), 0)
     shift = 62 - _bit_length(groups.count()) - _exponent(magnitude)  # per group and column: |x| * 2**shift < 2**P
     total = tf.cast(groups.quantised_total(x, shift), tf.float64)
     down_a, down_b = _pow2(-shift, tf.float64)
