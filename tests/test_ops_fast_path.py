@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from tfrepro import _tf
 
+pytestmark = pytest.mark.core  # the numerics must hold on the oldest TF too
+
 tf = _tf.import_tf()
 from tfrepro import ops  # noqa: E402  (imports TensorFlow)
 from tfrepro.ops import _exact_sum  # noqa: E402

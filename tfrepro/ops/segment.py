@@ -126,8 +126,15 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
         if x.dtype.is_complex:
             return tf.complex(reduce_sum(tf.math.real(x), axis, keepdims), reduce_sum(tf.math.imag(x), axis, keepdims))
         rank = tf.rank(x)
-        axes = tf.range(rank) if axis is None else tf.reshape(tf.convert_to_tensor(axis, tf.int32), [-1])
-        axes = tf.math.floormod(axes, tf.maximum(rank, 1))
+        static_axes = None if axis is None else tf.get_static_value(axis)
+        if x.shape.rank is not None and (axis is None or static_axes is not None):  # keep the axes static
+            static_axes = sorted({int(a) % max(x.shape.rank, 1) for a in np.reshape(
+                range(x.shape.rank) if axis is None else static_axes, [-1])})
+            axes = tf.constant(static_axes, tf.int32, shape=[len(static_axes)])
+        else:
+            static_axes = None
+            axes = tf.range(rank) if axis is None else tf.reshape(tf.convert_to_tensor(axis, tf.int32), [-1])
+            axes = tf.math.floormod(axes, tf.maximum(rank, 1))
         reduced_dims = tf.reduce_any(tf.equal(tf.range(rank)[:, None], axes[None, :]), axis=1)
         kept_shape = tf.boolean_mask(tf.shape(x), tf.logical_not(reduced_dims))
 
@@ -143,11 +150,8 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
             return (total if keepdims else tf.reshape(total, kept_shape)), grad
 
         result = forward(x)
-        static_axes = None if axis is None else tf.get_static_value(axis)
-        if x.shape.rank is not None and (axis is None or static_axes is not None):
-            reduced = set(range(x.shape.rank)) if axis is None else \
-                {int(a) % max(x.shape.rank, 1) for a in np.reshape(static_axes, [-1])}
+        if static_axes is not None:
             dims = x.shape.as_list()
-            result.set_shape([1 if i in reduced else d for i, d in enumerate(dims)] if keepdims
-                             else [d for i, d in enumerate(dims) if i not in reduced])
+            result.set_shape([1 if i in static_axes else d for i, d in enumerate(dims)] if keepdims
+                             else [d for i, d in enumerate(dims) if i not in static_axes])
         return result
