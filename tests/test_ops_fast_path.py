@@ -89,13 +89,34 @@ def test_non_finite_values_leave_the_fast_path(value):
     assert bits(ops.unsorted_segment_sum(data, ids, 2)) == bits(canonical(data, ids, 2))
 
 
-def test_both_int64_accumulators_give_the_same_sums():
+def test_every_int64_accumulator_gives_the_same_sums():
     rng = np.random.default_rng(11)
-    q = tf.constant(rng.integers(-(2**55), 2**55, (500, 7)), tf.int64)
-    slot = tf.constant(rng.integers(0, 13, 500), tf.int32)
-    by_bincount = _exact_sum._sums_by_bincount(q, slot, tf.constant(13))
-    by_segment = _exact_sum._sums_by_segment(q, slot, tf.constant(13))
-    assert by_bincount.shape == (13, 7) and bits(by_bincount) == bits(by_segment)
+    q = rng.integers(-(2**55), 2**55, (500, 7))
+    q[0, 0], q[1, 1] = -(2**61), 2**61 - 1  # the extremes of one quantised element
+    q, slot = tf.constant(q, tf.int64), tf.constant(rng.integers(0, 13, 500), tf.int32)
+    expected = _exact_sum._sums_by_segment(q, slot, tf.constant(13))
+    for accumulate in (_exact_sum._sums_by_bincount, _exact_sum._sums_by_bincount_when_small,
+                       _exact_sum._sums_by_float64_limbs):
+        assert bits(accumulate(q, slot, tf.constant(13))) == bits(expected)
+    by_limbs = _exact_sum._int64_sum_by_limbs(q, lambda limb: tf.reduce_sum(limb, 0))
+    assert bits(by_limbs) == bits(tf.reduce_sum(q, 0))
+
+
+def test_the_gpu_flavour_gives_the_same_bits(monkeypatch):
+    """Where GPUs are visible, sums go through float64 limbs (TF's GPU kernels sum no int64); forced
+    here on CPU, every result must keep its bits."""
+    rng = np.random.default_rng(13)
+    data = (rng.standard_normal((3000, 6)) * np.exp2(rng.integers(-30, 30, (3000, 6)))).astype(np.float32)
+    ids = rng.integers(-1, 9, 3000).astype(np.int32)
+
+    def results():
+        narrow = np.float32(1.5) ** (data > 0)  # the fast path; ``data`` itself spans too far for it
+        return [bits(ops.unsorted_segment_sum(data, ids, 9)), bits(ops.unsorted_segment_sum(narrow, ids, 9)),
+                bits(ops.reduce_sum(data, axis=0)), bits(ops.reduce_sum(data, axis=1))]
+
+    on_cpu = results()
+    monkeypatch.setattr(_exact_sum, "_gpus_visible", lambda: True)
+    assert results() == on_cpu
 
 
 def test_xla_compiles_the_same_bits():

@@ -30,8 +30,11 @@ canonical one; otherwise (magnitudes within a segment spanning more than about `
 log2(n))``, or NaN/Inf anywhere) the canonical computation runs. The quantisation runs in row chunks
 of about 2**20 elements, so that no intermediate is large enough to be freshly mapped (and page
 faulted) on every call; int64 sums of chunks are exact, so chunking cannot change a bit. On CPU the
-int64 sums use DenseBincount (about twice as fast as the segment-sum kernel); where GPUs are visible
-they use the segment sum, since DenseBincount has no deterministic GPU kernel. Both are exact.
+int64 sums use DenseBincount (about twice as fast as the segment-sum kernel) while its table of
+sums stays in cache. Where GPUs are visible, DenseBincount (no deterministic GPU kernel) and int64
+segment sums and reductions (TF registers no GPU kernels for them) are avoided: each int64 is split
+into three 21-bit limbs whose float64 sums are exact in any order. All of these are exact, so none
+can change a bit.
 """
 
 from __future__ import annotations
@@ -85,6 +88,14 @@ def _pow2(shift: tf.Tensor, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor]:
     return _exact_pow2(half, dtype), _exact_pow2(shift - half, dtype)
 
 
+def _with_pow2_factors(shift: tf.Tensor, dtype: tf.DType, apply):
+    """``apply(factors)`` with factors of ``dtype`` whose product is ``2**shift``: one in the common
+    case, two where some group's scale lies outside the dtype's normal range (tiny magnitudes)."""
+    bias = _LAYOUT[dtype][2]
+    in_range = (tf.reduce_max(shift) < bias) & (tf.reduce_min(shift) > -bias)
+    return tf.cond(in_range, lambda: apply([_exact_pow2(shift, dtype)]), lambda: apply(list(_pow2(shift, dtype))))
+
+
 class _Segments:
     """Groups elements [N, K] by segment id (rows), as ``unsorted_segment_sum`` does. Ids >=
     num_segments raise InvalidArgumentError (on every device); negative ids are dropped."""
@@ -102,7 +113,13 @@ class _Segments:
         return _stock.unsorted_segment_max(values, self.ids, self.num)
 
     def magnitude(self, x: tf.Tensor) -> tf.Tensor:
-        return self.max(tf.abs(x))
+        """The largest ``|x|`` per segment and column (``|x|`` made a chunk at a time)."""
+        def step(start: tf.Tensor, end: tf.Tensor, largest: tf.Tensor) -> tuple[tf.Tensor]:
+            chunk = _stock.unsorted_segment_max(tf.abs(x[start:end]), self.slot[start:end], self.slots)
+            return (tf.maximum(largest, chunk),)
+
+        lowest = tf.fill(tf.stack([self.slots, tf.shape(x)[1]]), tf.constant(0, x.dtype))  # empty: 0
+        return _over_row_chunks(x, self, step, (lowest,))[0][:self.num]
 
     def count(self) -> tf.Tensor:
         n = tf.shape(self.slot)[0]
@@ -110,13 +127,18 @@ class _Segments:
 
     def quantised_total(self, x: tf.Tensor, shift: tf.Tensor) -> tf.Tensor:
         """The int64 sums of ``trunc(x * 2**shift)``, ``shift`` per segment and column."""
-        up_a, up_b = (tf.concat([factor, tf.zeros_like(factor[:1])], 0) for factor in _pow2(shift, x.dtype))
+        def sums(factors: list[tf.Tensor]) -> tf.Tensor:
+            tables = [tf.concat([factor, tf.zeros_like(factor[:1])], 0) for factor in factors]  # + the spare slot
 
-        def scaled(start: tf.Tensor, end: tf.Tensor) -> tf.Tensor:
-            at = self.slot[start:end]
-            return x[start:end] * _stock.gather(up_a, at) * _stock.gather(up_b, at)  # exact products
+            def scaled(start: tf.Tensor, end: tf.Tensor) -> tf.Tensor:
+                values, at = x[start:end], self.slot[start:end]
+                for table in tables:
+                    values *= _stock.gather(table, at)  # exact: a power of two
+                return values
 
-        return _chunked_int64_sums(x, scaled, self, check=False)[0][:self.num]
+            return _chunked_int64_sums(x, scaled, self, check=False)[0]
+
+        return _with_pow2_factors(shift, x.dtype, sums)[:self.num]
 
 
 class _Axes:
@@ -138,22 +160,19 @@ class _Axes:
 
     def quantised_total(self, x: tf.Tensor, shift: tf.Tensor) -> tf.Tensor:
         """The int64 sums of ``trunc(x * 2**shift)``, ``shift`` per group (broadcast)."""
-        bias = _LAYOUT[x.dtype][2]
+        def sums(factors: list[tf.Tensor]) -> tf.Tensor:
+            values = x
+            for factor in factors:
+                values *= factor  # exact: a power of two
+            return self._total(tf.cast(values, tf.int64))
 
-        def one_factor() -> tf.Tensor:  # the common case: 2**shift is a normal number of x's dtype
-            return x * _exact_pow2(shift, x.dtype)
-
-        def two_factors() -> tf.Tensor:  # groups of tiny magnitudes need scales beyond the dtype's range
-            up_a, up_b = _pow2(shift, x.dtype)
-            return x * up_a * up_b
-
-        in_range = (tf.reduce_max(shift) < bias) & (tf.reduce_min(shift) > -bias)
-        quantised = tf.cast(tf.cond(in_range, one_factor, two_factors), tf.int64)
-        return self._total(quantised)
+        return _with_pow2_factors(shift, x.dtype, sums)
 
     def _total(self, quantised: tf.Tensor) -> tf.Tensor:
         """The int64 sums (exact in any order and grouping). Sums over leading axes (a bias gradient)
         go in blocks of rows: TF's int64 reduction over a leading axis is slow."""
+        if _gpus_visible() and not _in_xla_context():  # TF's GPU reductions sum no int64
+            return _int64_sum_by_limbs(quantised, lambda limb: tf.reduce_sum(limb, self.axis, keepdims=True))
         lead = _leading_block(self.axis, quantised.shape.rank)
         if lead is None:
             return tf.reduce_sum(quantised, self.axis, keepdims=True)
@@ -180,7 +199,7 @@ _ROW_BLOCK = 256
 def segment_sum_2d(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
     """Order-invariant ``unsorted_segment_sum`` of float ``data`` [N, K] by ``segment_ids`` [N]
     (negative ids dropped) into [num_segments, K], in float32 (float64 for float64 data). Ids >=
-    num_segments raise InvalidArgumentError from TF's own kernels on CPU; GPU kernels drop them."""
+    num_segments raise InvalidArgumentError on every device (TF's GPU kernels drop them)."""
     x = _working(data)
     groups = _Segments(segment_ids, num_segments)
     if x.dtype != tf.float32:
@@ -210,7 +229,7 @@ def _largest_per_slot(values: tf.Tensor, groups: _Segments) -> tf.Tensor:
     def segment_max() -> tf.Tensor:
         return tf.maximum(_stock.unsorted_segment_max(values, groups.slot, groups.slots), 0)
 
-    if groups.accumulate is _sums_by_segment:
+    if groups.accumulate not in (_sums_by_bincount, _sums_by_bincount_when_small):
         return segment_max()
 
     def table() -> tf.Tensor:
@@ -225,35 +244,61 @@ def _chunked_int64_sums(x: tf.Tensor, scaled, groups: _Segments, check: bool) ->
     """Sum ``trunc(scaled(start, end))`` (the scaled rows [start, end) of ``x`` [N, K]) as int64 per
     slot into [slots, K], a chunk of rows at a time; with ``check``, also whether every scaled value
     was an integer (no NaN, no infinity, no fraction)."""
-    n, k = tf.shape(x)[0], tf.shape(x)[1]
-
-    def quantise(start: tf.Tensor, end: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def step(start: tf.Tensor, end: tf.Tensor, totals: tf.Tensor, exact: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         values = scaled(start, end)
-        exact = tf.equal(tf.reduce_sum(values - tf.floor(values)), 0) if check else tf.constant(True)  # sums >= 0
-        return groups.accumulate(tf.cast(values, tf.int64), groups.slot[start:end], groups.slots), exact
+        if check:
+            exact &= tf.equal(tf.reduce_sum(values - tf.floor(values)), 0)  # a sum of non-negatives
+        return totals + groups.accumulate(tf.cast(values, tf.int64), groups.slot[start:end], groups.slots), exact
 
-    if _in_xla_context():  # XLA needs static slice sizes: one step
-        return quantise(0, n)
-    rows = tf.maximum(CHUNK_ELEMENTS // tf.maximum(k, 1), groups.slots)  # each step adds a [slots, K] table
+    zeros = tf.zeros(tf.stack([groups.slots, tf.shape(x)[1]]), tf.int64)
+    return _over_row_chunks(x, groups, step, (zeros, tf.constant(True)))
 
-    def step(start, totals, exact):
+
+def _over_row_chunks(x: tf.Tensor, groups: _Segments, step, initial: tuple) -> tuple:
+    """Fold ``step(start, end, *state) -> state`` over the rows of ``x`` [N, K] in chunks of about
+    ``CHUNK_ELEMENTS`` (at least ``slots`` rows, as each step may make a [slots, K] table); one
+    step under XLA, which needs static slice sizes."""
+    n, k = tf.shape(x)[0], tf.shape(x)[1]
+    if _in_xla_context():
+        return step(0, n, *initial)
+    rows = tf.maximum(CHUNK_ELEMENTS // tf.maximum(k, 1), groups.slots)
+
+    def body(start, *state):
         end = tf.minimum(start + rows, n)
-        part, part_exact = quantise(start, end)
-        return end, totals + part, exact & part_exact
+        return (end, *step(start, end, *state))
 
-    _, totals, exact = tf.while_loop(
-        lambda start, *_: start < n, step,
-        (tf.constant(0), tf.zeros(tf.stack([groups.slots, k]), tf.int64), tf.constant(True)), parallel_iterations=2)
-    return totals, exact
+    return tuple(tf.while_loop(lambda start, *_: start < n, body, (tf.constant(0), *initial), parallel_iterations=2)[1:])
 
 
 def _accumulator():
     """``(q [R, K] int64, slot [R], slots) -> [slots, K]`` int64 sums by slot. Integer sums are exact,
     so every choice gives the same bits. On CPU, DenseBincount is the faster while its table of
-    ``slots * K`` sums stays in cache; it raises under op determinism on GPUs."""
-    if tf.config.list_logical_devices("GPU") or _in_xla_context():
+    ``slots * K`` sums stays in cache; on GPUs it raises under op determinism, and TF's GPU segment
+    sums take no int64, so they sum exact float64 limbs; XLA sums int64 itself."""
+    if _in_xla_context():
         return _sums_by_segment
+    if _gpus_visible():
+        return _sums_by_float64_limbs
     return _sums_by_bincount_when_small
+
+
+def _gpus_visible() -> bool:
+    return bool(tf.config.list_logical_devices("GPU"))
+
+
+def _int64_sum_by_limbs(q: tf.Tensor, float64_sum) -> tf.Tensor:
+    """The exact int64 ``sum(q)`` from ``float64_sum`` (a float64 sum over the same groups), for
+    devices whose kernels sum no int64. ``q`` (|q| < 2**62, group sums too) splits into three limbs
+    below 2**21 in magnitude; float64 sums of up to 2**32 such integers are exact in any order."""
+    low = 2**21 - 1
+    limbs = (tf.bitwise.right_shift(q, 42), tf.bitwise.bitwise_and(tf.bitwise.right_shift(q, 21), low),
+             tf.bitwise.bitwise_and(q, low))
+    high, middle, lowest = (tf.cast(float64_sum(tf.cast(limb, tf.float64)), tf.int64) for limb in limbs)
+    return (high * 2**21 + middle) * 2**21 + lowest  # each step stays below 2**63
+
+
+def _sums_by_float64_limbs(q: tf.Tensor, slot: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
+    return _int64_sum_by_limbs(q, lambda limb: _stock.unsorted_segment_sum(limb, slot, slots))
 
 
 BINCOUNT_TABLE = 1 << 18  # int64 sums: 2 MiB
