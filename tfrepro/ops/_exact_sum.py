@@ -28,7 +28,7 @@ the whole segment (row maxima, then a 1-D segment max: both cheap). When every e
 exact integer (checked), both scales give the exact sum, so the fast result is bit-identical to the
 canonical one; otherwise (magnitudes within a segment spanning more than about ``2**(38 -
 log2(n))``, or NaN/Inf anywhere) the canonical computation runs. The quantisation runs in row chunks
-of about 2**20 elements, so that no intermediate is large enough to be freshly mapped (and page
+of about 2**19 elements, so that no intermediate is large enough to be freshly mapped (and page
 faulted) on every call; int64 sums of chunks are exact, so chunking cannot change a bit. On CPU the
 int64 sums use DenseBincount (about twice as fast as the segment-sum kernel) while its table of
 sums stays in cache. Where GPUs are visible, DenseBincount (no deterministic GPU kernel) and int64
@@ -208,7 +208,8 @@ def segment_sum_2d(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Ten
     return tf.cond(exact, lambda: fast, lambda: _exact_sum(x, groups))
 
 
-CHUNK_ELEMENTS = 1 << 20  # per quantisation step: 4 MiB of float32, 8 MiB of int64
+CHUNK_ELEMENTS = 1 << 19  # per quantisation step: 2 MiB of float32, 4 MiB of int64
+PARALLEL_CHUNKS = 4  # steps in flight: one adds while the next quantises
 
 
 def _segment_sum_one_scale(x: tf.Tensor, groups: _Segments) -> tuple[tf.Tensor, tf.Tensor]:
@@ -267,7 +268,9 @@ def _over_row_chunks(x: tf.Tensor, groups: _Segments, step, initial: tuple) -> t
         end = tf.minimum(start + rows, n)
         return (end, *step(start, end, *state))
 
-    return tuple(tf.while_loop(lambda start, *_: start < n, body, (tf.constant(0), *initial), parallel_iterations=2)[1:])
+    state = tf.while_loop(lambda start, *_: start < n, body, (tf.constant(0), *initial),
+                          parallel_iterations=PARALLEL_CHUNKS)
+    return tuple(state[1:])
 
 
 def _accumulator():
