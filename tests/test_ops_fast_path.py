@@ -62,9 +62,12 @@ def test_fast_path_equals_the_canonical_sum_whenever_it_is_exact(n, k, segments,
     data[rng.random((n, k)) < 0.1] = 0.0
     ids = rng.integers(-1, segments, n).astype(np.int32)
     expected = canonical(data, ids, segments)
+    order, relabel = rng.permutation(n), rng.permutation(segments)  # other chunk boundaries and slots
+    moved_ids = np.where(ids >= 0, relabel[np.maximum(ids, 0)], -1)[order].astype(np.int32)
     with chunk_elements(chunk):
         result, exact = fast(data, ids, segments)
         assert bits(ops.unsorted_segment_sum(data, ids, segments)) == bits(expected)
+        assert bits(tf.gather(ops.unsorted_segment_sum(data[order], moved_ids, segments), relabel)) == bits(expected)
     if exact:
         assert bits(result) == bits(expected)
     if span == 0:
