@@ -117,6 +117,14 @@ def segment_mean(data, segment_ids, name=None):
         return unsorted_segment_mean(data, segment_ids, _sorted_num_segments(segment_ids))
 
 
+def _static_axes(axis, rank: int | None) -> list[int] | None:
+    """The reduced axes as sorted non-negative ints, where the rank and ``axis`` are static."""
+    value = None if rank is None else list(range(rank)) if axis is None else tf.get_static_value(axis)
+    if value is None:
+        return None
+    return sorted({int(a) % max(rank, 1) for a in np.reshape(value, [-1])})
+
+
 def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
     """``tf.reduce_sum`` with a result independent of the order of the reduced elements."""
     with tf.name_scope(name or "DeterministicReduceSum"):
@@ -126,13 +134,10 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
         if x.dtype.is_complex:
             return tf.complex(reduce_sum(tf.math.real(x), axis, keepdims), reduce_sum(tf.math.imag(x), axis, keepdims))
         rank = tf.rank(x)
-        static_axes = None if axis is None else tf.get_static_value(axis)
-        if x.shape.rank is not None and (axis is None or static_axes is not None):  # keep the axes static
-            static_axes = sorted({int(a) % max(x.shape.rank, 1) for a in np.reshape(
-                range(x.shape.rank) if axis is None else static_axes, [-1])})
+        static_axes = _static_axes(axis, x.shape.rank)
+        if static_axes is not None:  # kept static: the sum picks its kernels by them
             axes = tf.constant(static_axes, tf.int32, shape=[len(static_axes)])
         else:
-            static_axes = None
             axes = tf.range(rank) if axis is None else tf.reshape(tf.convert_to_tensor(axis, tf.int32), [-1])
             axes = tf.math.floormod(axes, tf.maximum(rank, 1))
         reduced_dims = tf.reduce_any(tf.equal(tf.range(rank)[:, None], axes[None, :]), axis=1)
