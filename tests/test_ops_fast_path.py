@@ -54,7 +54,7 @@ def chunk_elements(count: int):
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(0, 300), k=st.integers(1, 6), segments=st.integers(1, 9), span=st.sampled_from([0, 8, 24, 60]),
+@given(n=st.integers(0, 300), k=st.integers(1, 6), segments=st.integers(1, 9), span=st.sampled_from([0, 8, 24, 60, 120]),
        chunk=st.sampled_from([1, 7, 64, 1 << 20]), seed=st.integers(0, 2**32 - 1))
 def test_fast_path_equals_the_canonical_sum_whenever_it_is_exact(n, k, segments, span, chunk, seed):
     rng = np.random.default_rng(seed)
@@ -81,6 +81,15 @@ def test_the_check_rejects_a_segment_whose_magnitudes_span_too_far_negative_cont
     assert not exact
     assert bits(result) != bits(canonical(data, ids, 1))  # the fast answer lost column 1: it must not be used
     np.testing.assert_allclose(ops.unsorted_segment_sum(data, ids, 1).numpy(), [[4.0, 2.5e-20]], rtol=1e-6)
+    assert bits(ops.unsorted_segment_sum(data, ids, 1)) == bits(canonical(data, ids, 1))
+
+
+def test_a_scale_below_one_leaves_the_fast_path():
+    # Scaled by 2**-40 (for the 2**100), the 2**-120 rounds to 0.0: an "integer" the check cannot doubt.
+    data = np.array([[2.0**100, 0.0], [0.0, 2.0**-120]], np.float32)
+    ids = np.zeros(2, np.int32)
+    assert not fast(data, ids, 1)[1]
+    assert ops.unsorted_segment_sum(data, ids, 1).numpy()[0, 1] == np.float32(2.0**-120)
     assert bits(ops.unsorted_segment_sum(data, ids, 1)) == bits(canonical(data, ids, 1))
 
 

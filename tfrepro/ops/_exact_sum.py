@@ -27,9 +27,9 @@ reduction, so segments are first tried with one scale per segment, from the larg
 the whole segment (row maxima, then a 1-D segment max: both cheap). When every element is then an
 exact integer (checked), both scales give the exact sum, so the fast result is bit-identical to the
 canonical one; otherwise (magnitudes within a segment spanning more than about ``2**(38 -
-log2(n))``, or NaN/Inf anywhere) the canonical computation runs. The quantisation runs in row chunks
-of about 2**19 elements, so that no intermediate is large enough to be freshly mapped (and page
-faulted) on every call; int64 sums of chunks are exact, so chunking cannot change a bit. On CPU the
+log2(n))``, magnitudes of ``2**(62 - log2(n))`` and more, or NaN/Inf) the canonical computation
+runs. The quantisation runs in row chunks of about 2**19 elements, so that no intermediate is large
+enough to be freshly mapped (and page faulted) on every call; int64 sums of chunks are exact, so chunking cannot change a bit. On CPU the
 int64 sums use DenseBincount (about twice as fast as the segment-sum kernel) while its table of
 sums stays in cache. Where GPUs are visible, DenseBincount (no deterministic GPU kernel) and int64
 segment sums and reductions (TF registers no GPU kernels for them) are avoided: each int64 is split
@@ -220,6 +220,9 @@ def _segment_sum_one_scale(x: tf.Tensor, groups: _Segments) -> tuple[tf.Tensor, 
     shift = tf.minimum(62 - _bit_length(groups.count()[:, 0]) - _unbiased(largest, tf.float32), _LAYOUT[tf.float32][4])
     row_scale = _stock.gather(tf.concat([_exact_pow2(shift, tf.float32), [0.0]], 0), groups.slot)[:, None]
     totals, exact = _chunked_int64_sums(x, lambda start, end: x[start:end] * row_scale[start:end], groups, check=True)
+    # A scale below 1 (magnitudes of 2**P and more) can round a tiny element to zero, which the
+    # integer check cannot see: such segments take the canonical path.
+    exact &= tf.reduce_min(shift) >= 0
     down = _exact_pow2(-shift, tf.float64)[:, None]
     return tf.cast(tf.cast(totals[:groups.num], tf.float64) * down, tf.float32), exact
 
