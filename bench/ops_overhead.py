@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrepro import ops
+from tfrepro.ops import _exact_sum
 
 
 def backward(op, *inputs):
@@ -53,6 +54,18 @@ def cases(rng: np.random.Generator):
     wide = variable(rng.standard_normal((200_000, 64)) * np.exp2(rng.integers(-40, 40, (200_000, 64))))
     yield ("  magnitudes spanning 2**80 in a segment (canonical path)",
            lambda: ops.unsorted_segment_sum(wide, ids, 100), lambda: tf.math.unsorted_segment_sum(wide, ids, 100))
+
+    def traced_with(accumulate):  # the op, traced (by its first call) with one int64 accumulator forced
+        saved, _exact_sum._accumulator = _exact_sum._accumulator, lambda: accumulate
+        try:
+            op = tf.function(lambda: ops.unsorted_segment_sum(data, ids, 100))
+            op()
+            return op
+        finally:
+            _exact_sum._accumulator = saved
+
+    yield ("  same op: int64 sums by DenseBincount vs by the segment kernel",
+           traced_with(_exact_sum._sums_by_bincount), traced_with(_exact_sum._sums_by_segment))
     value = variable(rng.standard_normal((64, 32, 32, 32)))
     bias = variable(rng.standard_normal(32))
     yield ("bias_add fwd+bwd 64x32x32x32", backward(ops.bias_add, value, bias), backward(tf.nn.bias_add, value, bias))

@@ -30,7 +30,7 @@ canonical one; otherwise (magnitudes within a segment spanning more than about `
 log2(n))``, magnitudes of ``2**(62 - log2(n))`` and more, or NaN/Inf) the canonical computation
 runs. The quantisation runs in row chunks of about 2**19 elements, so that no intermediate is large
 enough to be freshly mapped (and page faulted) on every call; int64 sums of chunks are exact, so chunking cannot change a bit. On CPU the
-int64 sums use DenseBincount (about twice as fast as the segment-sum kernel) while its table of
+int64 sums use DenseBincount (a little faster than the segment-sum kernel) while its table of
 sums stays in cache. Where GPUs are visible, DenseBincount (no deterministic GPU kernel) and int64
 segment sums and reductions (TF registers no GPU kernels for them) are avoided: each int64 is split
 into three 21-bit limbs whose float64 sums are exact in any order. All of these are exact, so none
