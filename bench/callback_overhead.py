@@ -39,8 +39,8 @@ def main() -> None:
     tfrepro.patch(0)
     import tensorflow as tf
 
-    from tfrepro.callback import ReproducibilityCallback
-    from tfrepro.datasets import load_mnist
+    from tfrepro import ReproducibilityCallback
+    from tfrepro.examples.datasets import load_mnist
     from tfrepro.examples.mnist_cnn import build_model
 
     keras = tf.keras
@@ -81,7 +81,7 @@ def main() -> None:
         median = statistics.median(values)
         print(f"  {name:9s} {median:7.2f} s  vs none {median / base:.3f}x  vs sync {median / sync:.3f}x")
 
-    from tfrepro.digest import VariableFingerprinter
+    from tfrepro.proof.fingerprints import VariableFingerprinter
 
     fingerprinter = VariableFingerprinter(model.weights)
     batch_x, batch_y = data.x_train[:64], data.y_train[:64]

@@ -4,7 +4,7 @@ Every pair runs as a tf.function (forward, or forward + backward where the repla
 backward pass) over tf.Variable inputs (so that nothing is constant-folded), best of --reps after
 a warm-up, alternating the two. The reference case is
 unsorted_segment_sum on 200k x 64 float32 with 100 segments (goal <= 1.5x, hard bar <= 2x); the
-float64-upcast approach (order-dependent, see the facts file) is timed on the same inputs for
+float64-upcast approach (still order-dependent: TF PR 47749) is timed on the same inputs for
 comparison. Not a test: the figures are printed only.
 
     python bench/ops_overhead.py [--reps 9]

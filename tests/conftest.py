@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tfrepro.determinism.switches import DETERMINISM_ENV
+from tfrepro.launching.config import ENV_NAMES
+
 SCRIPTS = Path(__file__).parent / "scripts"
-# Variables that would make a "without tfrepro" negative control secretly deterministic.
-_DETERMINISM_VARS = ("PYTHONHASHSEED", "TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "TF_CUDNN_USE_FRONTEND",
-                     "TFREPRO_PATCH", "TFREPRO_SEED", "TFREPRO_THREADS", "TFREPRO_ONEDNN", "TFREPRO_OPS")
+# Variables that would make a "without tfrepro" negative control secretly deterministic, or leak the
+# launcher's configuration into a child.
+_DETERMINISM_VARS = ("PYTHONHASHSEED", *DETERMINISM_ENV, *ENV_NAMES.values())
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -38,8 +41,8 @@ def _isolate_patch():
     """Every test leaves the process unpatched and the environment as it found it."""
     saved = dict(os.environ)
     yield
-    if "tfrepro.patching" in sys.modules:
-        sys.modules["tfrepro.patching"].unpatch()
+    if "tfrepro.determinism.patching" in sys.modules:
+        sys.modules["tfrepro.determinism.patching"].unpatch()
     os.environ.clear()
     os.environ.update(saved)
 

@@ -5,7 +5,7 @@ import doctest
 import pytest
 
 
-@pytest.mark.parametrize("module_name", ["tfrepro.seeding", "tfrepro.callback"])
+@pytest.mark.parametrize("module_name", ["tfrepro.determinism.seeding", "tfrepro.proof.callback"])
 def test_docstring_examples(module_name, keras):
     import importlib
 

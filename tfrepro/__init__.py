@@ -2,22 +2,30 @@
 
 Call ``tfrepro.patch(seed)`` before building the model, or run an unmodified script with
 ``tfrepro run --seed N -- python train.py``. Importing tfrepro never imports TensorFlow;
-``tfrepro.ReproducibilityCallback``, ``tfrepro.ops`` and ``tfrepro.layers`` do, on first access.
+``tfrepro.ReproducibilityCallback``, the ops in ``tfrepro.ops`` and ``tfrepro.layers`` do, on first use.
+
+The package is laid out by verb, lowest first (a module imports only from its own floor or below):
+``_tf`` and ``errors`` (the ground floor), ``ops`` (deterministic ops and Keras drop-ins),
+``determinism`` (patch, switches, seeding, status), ``proof`` (fingerprints, traces, the callback,
+comparisons, verify), ``launching`` (``tfrepro run``/``check``), ``examples``, ``cli``; ``testing``
+sits on ``proof``.
 """
 
 import importlib
+import sys
+import types
 from typing import Any
 
-from tfrepro import testing
+from tfrepro import ops, testing
 from tfrepro._version import __version__
-from tfrepro.comparison import Comparison, Divergence, compare
-from tfrepro.environment_info import EnvDifference, environment, environment_diff
+from tfrepro.determinism.patching import enable_determinism, patch, patched, unpatch
+from tfrepro.determinism.reporting import Report, Setting, status
+from tfrepro.determinism.seeding import derive_seed, rng_state, seed_everything, set_rng_state
 from tfrepro.errors import DivergenceError, NotComparableError, ReproducibilityWarning
-from tfrepro.patching import enable_determinism, patch, patched, unpatch
-from tfrepro.reporting import Report, Setting, status
-from tfrepro.seeding import derive_seed, rng_state, seed_everything, set_rng_state
-from tfrepro.traces import Trace, TraceError, read_trace
-from tfrepro.verification import Verification, verify
+from tfrepro.proof.comparison import Comparison, Divergence, compare
+from tfrepro.proof.environment_info import EnvDifference, environment, environment_diff
+from tfrepro.proof.traces import Trace, TraceError, read_trace
+from tfrepro.proof.verification import Verification, verify
 
 __all__ = [
     "Comparison",
@@ -53,12 +61,30 @@ __all__ = [
 ]
 
 
+class _ModuleAlias(types.ModuleType):
+    """``tfrepro.layers``: an alias of ``tfrepro.ops.layers`` that imports it (and so Keras) only
+    when one of its names is first used, so that ``import tfrepro.layers`` works and stays cheap."""
+
+    def __init__(self, name: str, target: str):
+        super().__init__(name, f"Alias of ``{target}``, imported on first use.")
+        self.__target = target
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # module machinery (repr, pickling, introspection): not forwarded
+            raise AttributeError(name)
+        return getattr(importlib.import_module(self.__target), name)
+
+    def __dir__(self) -> list[str]:
+        return dir(importlib.import_module(self.__target))
+
+
+layers = sys.modules.setdefault(f"{__name__}.layers", _ModuleAlias(f"{__name__}.layers", "tfrepro.ops.layers"))
+
+
 def __getattr__(name: str) -> Any:
     """Names that import TensorFlow (and Keras) load on first use, never at ``import tfrepro``."""
     if name == "ReproducibilityCallback":
-        from tfrepro.callback import ReproducibilityCallback
+        from tfrepro.proof.callback import ReproducibilityCallback
 
         return ReproducibilityCallback
-    if name in ("ops", "layers"):
-        return importlib.import_module(f"tfrepro.{name}")
     raise AttributeError(f"module 'tfrepro' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 import sys
 
-from tfrepro.cli import main
+from tfrepro.cli.commands import main
 
 sys.exit(main())

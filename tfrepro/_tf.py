@@ -10,8 +10,10 @@ import importlib
 import importlib.metadata
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Literal
 
 INSTALL_HINT = (
     'pip install "tfrepro[cpu]"  (CPU-only TensorFlow), or pip install "tfrepro[tf]" / '
@@ -28,6 +30,35 @@ _TF_DISTRIBUTIONS = (
     "tf-nightly",
     "tf-nightly-cpu",
 )
+
+
+FlagState = Literal["on", "off", "unset", "invalid"]
+# TF's Python reads these flags itself, as exactly one of the listed strings meaning "on"; every other
+# boolean TF_* flag is read by the C++ runtime (tsl ReadBoolFromEnvVar): "1"/"true"/"0"/"false" in
+# any ASCII case, nothing else (no surrounding spaces; TF then falls back to its default).
+_PYTHON_READ_FLAGS = {"TF_USE_LEGACY_KERAS": ("true", "True", "1")}
+
+
+def env_flag(name: str, environ: Mapping[str, str] | None = None) -> FlagState:
+    """How TensorFlow reads the boolean environment variable ``name``: "on", "off", "unset", or
+    "invalid" (a value TF rejects and replaces by its default). The one reader of TF's flags in tfrepro."""
+    value = (os.environ if environ is None else environ).get(name)
+    if value is None:
+        return "unset"
+    if name in _PYTHON_READ_FLAGS:
+        return "on" if value in _PYTHON_READ_FLAGS[name] else "off"
+    lowered = value.lower() if value.isascii() else value
+    if lowered in ("1", "true"):
+        return "on"
+    if lowered in ("0", "false"):
+        return "off"
+    return "invalid"
+
+
+def onednn() -> str:
+    """oneDNN as TF reads ``TF_ENABLE_ONEDNN_OPTS``: "on", "off", or "default" (TF's own choice)."""
+    flag = env_flag("TF_ENABLE_ONEDNN_OPTS")
+    return flag if flag in ("on", "off") else "default"
 
 
 def tf_imported() -> bool:
@@ -75,7 +106,7 @@ def parse_version(version: str | None) -> tuple[int, int] | None:
 
 
 def legacy_keras_requested() -> bool:
-    return os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
+    return env_flag("TF_USE_LEGACY_KERAS") == "on"
 
 
 @dataclass(frozen=True)
@@ -151,5 +182,5 @@ def op_determinism_enabled() -> bool | None:
         return None
     query = getattr(config, "is_op_determinism_enabled", None)
     if query is None:  # TF < 2.8: the environment variable is the switch.
-        return os.environ.get("TF_DETERMINISTIC_OPS", "").lower() in ("1", "true")
+        return env_flag("TF_DETERMINISTIC_OPS") == "on"
     return bool(query())

@@ -23,3 +23,8 @@ class NotComparableError(ValueError):
     def __init__(self, mismatch: list[str]):
         self.mismatch = mismatch
         super().__init__("not comparable: the models differ: " + "; ".join(mismatch))
+
+
+class LaunchError(ValueError):
+    """A command cannot be launched as given (``tfrepro run``/``check``): a user error that the CLI
+    reports in one line with exit code 2."""

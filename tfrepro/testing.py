@@ -9,16 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tfrepro.comparison import Comparison, compare
-from tfrepro.traces import PathLike, Trace
+from tfrepro.proof.comparison import Comparison, compare
+from tfrepro.proof.traces import PathLike, Trace
+from tfrepro.proof.verification import verify
 
 
 def assert_reproducible(train_fn: Callable[[], Any], runs: int = 2, *, seed: int = 0, patch: bool = True,
                         gradients: bool = False) -> None:
     """Fail with the first divergence unless ``train_fn`` trains identically in every run
     (see ``tfrepro.verify``)."""
-    from tfrepro.verification import verify
-
     result = verify(train_fn, runs, seed=seed, patch=patch, gradients=gradients)
     if not result.identical:
         raise AssertionError(f"training is not reproducible: {result}")

@@ -1,1 +1,2 @@
-"""Example training scripts that run unmodified under ``tfrepro run`` and ``tfrepro check``."""
+"""Examples: the MNIST CNN as an unmodified training script, ``tfrepro demo``, and the digits data
+(Keras MNIST, or scikit-learn's bundled digits offline). May import ``launching`` and below."""

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tfrepro.datasets import load_mnist
+from tfrepro.examples.datasets import load_mnist
 
 
 def build_model(keras, num_classes: int = 10):

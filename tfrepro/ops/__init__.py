@@ -1,41 +1,49 @@
-"""Deterministic op replacements, bitwise independent of accumulation order on any hardware.
+"""Deterministic ops: replacements bitwise independent of accumulation order on any hardware, and
+the Keras drop-in layers built on them (``tfrepro.ops.layers``, also ``tfrepro.layers``).
 
-Each keeps the signature and semantics of the TensorFlow op it replaces. Sums go through an exact
-int64 fixed-point accumulation (see ``tfrepro.ops._exact_sum`` for the method and its accuracy
-bound), so permuting the inputs or changing the device, thread count or schedule cannot change a
-bit. ``tfrepro.patch(ops=True)`` rebinds TensorFlow's names, and the internal call sites that Keras
-and TF's gradient code use, to these ops.
+Each op keeps the signature and semantics of the TensorFlow op it replaces. Sums go through an
+exact int64 fixed-point accumulation (see ``tfrepro.ops._exact_sum`` for the method and its
+accuracy bound), so permuting the inputs or changing the device, thread count or schedule cannot
+change a bit. ``tfrepro.patch(ops=True)`` rebinds TensorFlow's names, and the internal call sites
+that Keras and TF's gradient code use, to these ops (``rebinding``; ``selection`` names them).
 
-Importing this module imports TensorFlow.
+Importing this package is free; the first op accessed imports TensorFlow. The ops package imports
+only the ground floor (``tfrepro._tf``, ``tfrepro.errors``) and TensorFlow.
 """
 
-from tfrepro.ops.gather import embedding_lookup, gather
-from tfrepro.ops.image import crop_and_resize, resize_nearest_neighbor
-from tfrepro.ops.nn import bias_add, softmax_cross_entropy_with_logits, sparse_softmax_cross_entropy_with_logits
-from tfrepro.ops.segment import (
-    reduce_sum,
-    segment_mean,
-    segment_sum,
-    unsorted_segment_mean,
-    unsorted_segment_sqrt_n,
-    unsorted_segment_sum,
-)
-from tfrepro.ops.sparse import bincount, sparse_dense_matmul
+from __future__ import annotations
 
-__all__ = [
-    "bias_add",
-    "crop_and_resize",
-    "bincount",
-    "embedding_lookup",
-    "gather",
-    "reduce_sum",
-    "resize_nearest_neighbor",
-    "segment_mean",
-    "segment_sum",
-    "softmax_cross_entropy_with_logits",
-    "sparse_dense_matmul",
-    "sparse_softmax_cross_entropy_with_logits",
-    "unsorted_segment_mean",
-    "unsorted_segment_sqrt_n",
-    "unsorted_segment_sum",
-]
+import importlib
+from typing import Any
+
+# public op -> the module that defines it
+_HOMES = {
+    "bias_add": "nn",
+    "softmax_cross_entropy_with_logits": "nn",
+    "sparse_softmax_cross_entropy_with_logits": "nn",
+    "crop_and_resize": "image",
+    "resize_nearest_neighbor": "image",
+    "embedding_lookup": "gathering",
+    "gather": "gathering",
+    "bincount": "sparse",
+    "sparse_dense_matmul": "sparse",
+    "reduce_sum": "segment",
+    "segment_mean": "segment",
+    "segment_sum": "segment",
+    "unsorted_segment_mean": "segment",
+    "unsorted_segment_sqrt_n": "segment",
+    "unsorted_segment_sum": "segment",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -7,6 +7,7 @@ import tensorflow as tf
 from tfrepro.ops import _stock
 from tfrepro.ops.segment import reduce_sum, unsorted_segment_sum
 
+
 def resize_nearest_neighbor(images, size, align_corners=False, half_pixel_centers=False, name=None):
     """Nearest-neighbour resize of 4-D NHWC ``images`` (the op behind ``tf.image.resize(method=
     "nearest")`` and ``UpSampling2D``). Forward: TF's kernel. Backprop: every input pixel receives
@@ -64,31 +65,32 @@ def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear", ext
         crop_size = tf.convert_to_tensor(crop_size, tf.int32)
         shape = tf.shape(image)
         batch, height, width, channels = shape[0], shape[1], shape[2], shape[3]
-        checks = [tf.debugging.assert_non_negative(box_indices, message="box_index has values outside [0, batch_size)"),
-                  tf.debugging.assert_less(box_indices, batch, message="box_index has values outside [0, batch_size)")]
-        with tf.control_dependencies(checks):
-            in_y, height_ratio, many_y = _crop_coordinates(boxes, crop_size[0], height, 0)
-        in_x, width_ratio, many_x = _crop_coordinates(boxes, crop_size[1], width, 1)
-        valid = ((in_y >= 0) & (in_y <= tf.cast(height - 1, tf.float32)))[:, :, None] & \
-                ((in_x >= 0) & (in_x <= tf.cast(width - 1, tf.float32)))[:, None, :]  # [boxes, ch, cw]
-        rows_y = [tf.cast(tf.floor(in_y), tf.int32), tf.cast(tf.math.ceil(in_y), tf.int32)]
-        cols_x = [tf.cast(tf.floor(in_x), tf.int32), tf.cast(tf.math.ceil(in_x), tf.int32)]
-        y_lerp = (in_y - tf.floor(in_y))[:, :, None, None]
-        x_lerp = (in_x - tf.floor(in_x))[:, None, :, None]
-
-        def flat_index(y: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
-            y = tf.clip_by_value(y, 0, height - 1)[:, :, None]
-            x = tf.clip_by_value(x, 0, width - 1)[:, None, :]
-            return (box_indices[:, None, None] * height + y) * width + x  # [boxes, ch, cw]
-
-        corners = [flat_index(y, x) for y in rows_y for x in cols_x]  # top-left, top-right, bottom-left, bottom-right
-        # C++ round() (half away from zero; in_y, in_x >= 0 where valid) picks the nearest pixel.
-        nearest = flat_index(tf.cast(tf.floor(in_y + 0.5), tf.int32), tf.cast(tf.floor(in_x + 0.5), tf.int32))
-        sources = [nearest] if method == "nearest" else corners  # the pixels each output reads
-        mask = tf.cast(valid[..., None], tf.float32)
 
         @tf.custom_gradient
         def forward(image_in, boxes_in):
+            checks = [tf.debugging.assert_non_negative(box_indices, message="box_index has values outside [0, batch_size)"),
+                      tf.debugging.assert_less(box_indices, batch, message="box_index has values outside [0, batch_size)")]
+            with tf.control_dependencies(checks):
+                in_y, height_ratio, many_y = _crop_coordinates(boxes_in, crop_size[0], height, 0)
+            in_x, width_ratio, many_x = _crop_coordinates(boxes_in, crop_size[1], width, 1)
+            valid = ((in_y >= 0) & (in_y <= tf.cast(height - 1, tf.float32)))[:, :, None] & \
+                    ((in_x >= 0) & (in_x <= tf.cast(width - 1, tf.float32)))[:, None, :]  # [boxes, ch, cw]
+            rows_y = [tf.cast(tf.floor(in_y), tf.int32), tf.cast(tf.math.ceil(in_y), tf.int32)]
+            cols_x = [tf.cast(tf.floor(in_x), tf.int32), tf.cast(tf.math.ceil(in_x), tf.int32)]
+            y_lerp = (in_y - tf.floor(in_y))[:, :, None, None]
+            x_lerp = (in_x - tf.floor(in_x))[:, None, :, None]
+
+            def flat_index(y: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+                y = tf.clip_by_value(y, 0, height - 1)[:, :, None]
+                x = tf.clip_by_value(x, 0, width - 1)[:, None, :]
+                return (box_indices[:, None, None] * height + y) * width + x  # [boxes, ch, cw]
+
+            corners = [flat_index(y, x) for y in rows_y for x in cols_x]  # top-left, top-right, bottom-left, bottom-right
+            # C++ round() (half away from zero; in_y, in_x >= 0 where valid) picks the nearest pixel.
+            nearest = flat_index(tf.cast(tf.floor(in_y + 0.5), tf.int32), tf.cast(tf.floor(in_x + 0.5), tf.int32))
+            sources = [nearest] if method == "nearest" else corners  # the pixels each output reads
+            mask = tf.cast(valid[..., None], tf.float32)
+
             flat = tf.reshape(tf.cast(image_in, tf.float32), tf.stack([-1, channels]))
             top_left, top_right, bottom_left, bottom_right = [_stock.gather(flat, index) for index in corners]
             if method == "nearest":

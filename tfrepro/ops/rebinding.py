@@ -20,47 +20,46 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfrepro import ops
 from tfrepro.errors import ReproducibilityWarning
+from tfrepro.ops import gathering, image, nn, segment, sparse
 
 # op name -> (replacement, targets). A target is "tf.<attribute path>" (also bound as
 # "tf.compat.v2.<attribute path>"), "<module>:<attribute>", or "<module>:<generated-op module
 # global>.<op>" (a view of that module, seen by that module only).
 TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
-    "unsorted_segment_sum": (ops.unsorted_segment_sum, (
+    "unsorted_segment_sum": (segment.unsorted_segment_sum, (
         "tf.math.unsorted_segment_sum", "tf.compat.v1.math.unsorted_segment_sum",
         "tf.compat.v1.unsorted_segment_sum", "tensorflow.python.ops.math_ops:unsorted_segment_sum",
         "tensorflow.python.framework.indexed_slices:gen_math_ops.unsorted_segment_sum")),
-    "unsorted_segment_mean": (ops.unsorted_segment_mean, (
+    "unsorted_segment_mean": (segment.unsorted_segment_mean, (
         "tf.math.unsorted_segment_mean", "tf.compat.v1.math.unsorted_segment_mean",
         "tensorflow.python.ops.math_ops:unsorted_segment_mean")),
-    "unsorted_segment_sqrt_n": (ops.unsorted_segment_sqrt_n, (
+    "unsorted_segment_sqrt_n": (segment.unsorted_segment_sqrt_n, (
         "tf.math.unsorted_segment_sqrt_n", "tf.compat.v1.math.unsorted_segment_sqrt_n",
         "tensorflow.python.ops.math_ops:unsorted_segment_sqrt_n")),
-    "segment_sum": (ops.segment_sum, ("tf.math.segment_sum", "tf.compat.v1.math.segment_sum",
+    "segment_sum": (segment.segment_sum, ("tf.math.segment_sum", "tf.compat.v1.math.segment_sum",
                                       "tf.compat.v1.segment_sum")),
-    "segment_mean": (ops.segment_mean, ("tf.math.segment_mean", "tf.compat.v1.math.segment_mean",
+    "segment_mean": (segment.segment_mean, ("tf.math.segment_mean", "tf.compat.v1.math.segment_mean",
                                         "tf.compat.v1.segment_mean")),
-    "bias_add": (ops.bias_add, ("tf.nn.bias_add", "tf.compat.v1.nn.bias_add",
+    "bias_add": (nn.bias_add, ("tf.nn.bias_add", "tf.compat.v1.nn.bias_add",
                                 "tensorflow.python.ops.nn_ops:bias_add")),
-    "softmax_cross_entropy_with_logits": (ops.softmax_cross_entropy_with_logits, (
+    "softmax_cross_entropy_with_logits": (nn.softmax_cross_entropy_with_logits, (
         "tf.nn.softmax_cross_entropy_with_logits", "tf.compat.v1.nn.softmax_cross_entropy_with_logits_v2",
         "tensorflow.python.ops.nn_ops:softmax_cross_entropy_with_logits_v2")),
-    "sparse_softmax_cross_entropy_with_logits": (ops.sparse_softmax_cross_entropy_with_logits, (
+    "sparse_softmax_cross_entropy_with_logits": (nn.sparse_softmax_cross_entropy_with_logits, (
         "tf.nn.sparse_softmax_cross_entropy_with_logits",
         "tensorflow.python.ops.nn_ops:sparse_softmax_cross_entropy_with_logits_v2")),
-    "bincount": (ops.bincount, ("tf.math.bincount", "tensorflow.python.ops.bincount_ops:bincount")),
-    "sparse_dense_matmul": (ops.sparse_dense_matmul, (
+    "bincount": (sparse.bincount, ("tf.math.bincount", "tensorflow.python.ops.bincount_ops:bincount")),
+    "sparse_dense_matmul": (sparse.sparse_dense_matmul, (
         "tf.sparse.sparse_dense_matmul", "tf.compat.v1.sparse.sparse_dense_matmul",
         "tf.compat.v1.sparse_tensor_dense_matmul", "tensorflow.python.ops.sparse_ops:sparse_tensor_dense_matmul")),
-    "gather": (ops.gather, ("tf.gather",)),
-    "embedding_lookup": (ops.embedding_lookup, ("tf.nn.embedding_lookup",)),
-    "resize_nearest_neighbor": (ops.resize_nearest_neighbor, (
+    "gather": (gathering.gather, ("tf.gather",)),
+    "embedding_lookup": (gathering.embedding_lookup, ("tf.nn.embedding_lookup",)),
+    "resize_nearest_neighbor": (image.resize_nearest_neighbor, (
         "tensorflow.python.ops.image_ops_impl:gen_image_ops.resize_nearest_neighbor",)),
-    "crop_and_resize": (ops.crop_and_resize, (
+    "crop_and_resize": (image.crop_and_resize, (
         "tensorflow.python.ops.image_ops_impl:gen_image_ops.crop_and_resize",)),
 }
-NAMES = tuple(TABLE)
 
 
 class _ModuleView(types.ModuleType):

@@ -1,0 +1,96 @@
+"""`tfrepro check`, `tfrepro compare` and `tfrepro demo` end to end, in fresh processes."""
+
+import sys
+
+import pytest
+
+from tfrepro.examples import datasets
+from tfrepro.proof.traces import TraceWriter, float_bits
+
+from conftest import SCRIPTS, clean_env, run_tfrepro
+
+pytestmark = pytest.mark.keras
+
+
+def test_check_passes_an_unmodified_script_and_keeps_the_traces(tmp_path):
+    out = tmp_path / "out"
+    proc = run_tfrepro("check", "--runs", "2", "--seed", "3", "--out", str(out), "--",
+                       sys.executable, str(SCRIPTS / "unmodified.py"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "identical" in proc.stdout
+    assert (out / "run-0" / "fit-0.jsonl").is_file() and (out / "run-1" / "fit-0.jsonl").is_file()
+    assert "set order" in (out / "run-1" / "stdout.log").read_text()
+
+
+def test_check_without_patch_shows_the_divergence(tmp_path):
+    proc = run_tfrepro("check", "--no-patch", "--out", str(tmp_path), "--", sys.executable, str(SCRIPTS / "unmodified.py"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    assert "diverged" in proc.stdout and "first divergence" in proc.stdout
+    assert "epoch 0, batch 0" in proc.stdout
+
+
+def test_check_reports_a_script_that_never_fits_or_fails(tmp_path):
+    no_fit = tmp_path / "no_fit.py"
+    no_fit.write_text("print('no training here')\n")
+    proc = run_tfrepro("check", "--out", str(tmp_path / "a"), "--", sys.executable, str(no_fit))
+    assert proc.returncode == 2 and "never called Model.fit" in proc.stdout
+    failing = tmp_path / "failing.py"
+    failing.write_text("raise RuntimeError('boom in training')\n")
+    proc = run_tfrepro("check", "--out", str(tmp_path / "b"), "--", sys.executable, str(failing))
+    assert proc.returncode == 2 and "failed with exit code 1" in proc.stdout
+    assert "boom in training" in proc.stdout  # the tail of the run's stderr
+    proc = run_tfrepro("check", "--runs", "1", "--", sys.executable, str(failing))
+    assert proc.returncode == 2 and "at least 2" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_tfrepro("demo", "--epochs", "0")
+    assert proc.returncode == 2 and "--epochs must be >= 1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _trace(path, losses, shape=(2, 1)):
+    header = {"type": "header", "format": "tfrepro-trace", "version": 1, "environment": {},
+              "model": {"layers": ["d"], "variables": [{"name": "d/kernel", "layer": "d", "shape": list(shape),
+                                                        "dtype": "float32"}]}}
+    with TraceWriter(path) as writer:
+        writer.write(header)
+        for step, loss in enumerate(losses):
+            writer.write({"type": "batch", "epoch": 0, "batch": step, "step": step, "logs": {"loss": loss},
+                          "bits": {"loss": float_bits(loss)}, "weights": ["0" * 32]})
+        writer.write({"type": "end", "weights": ["0" * 32]})
+    return str(path)
+
+
+def test_compare_exit_codes(tmp_path):
+    a = _trace(tmp_path / "a.jsonl", [0.5, 0.25])
+    same = _trace(tmp_path / "same.jsonl", [0.5, 0.25])
+    other = _trace(tmp_path / "other.jsonl", [0.5, 0.2500001])
+    wider = _trace(tmp_path / "wider.jsonl", [0.5, 0.25], shape=(3, 1))
+    assert run_tfrepro("compare", a, same).returncode == 0
+    diverged = run_tfrepro("compare", a, other)
+    assert diverged.returncode == 1 and "batch 1" in diverged.stdout
+    assert run_tfrepro("compare", a, wider).returncode == 2
+    for bad in (str(tmp_path / "missing.jsonl"), str(SCRIPTS / "unmodified.py")):
+        proc = run_tfrepro("compare", a, bad)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("tfrepro: error")
+
+
+def test_demo_runs_offline_and_matches(tmp_path):
+    env = clean_env(KERAS_HOME=str(tmp_path / "keras-home"))
+    proc = run_tfrepro("demo", "--epochs", "1", "--limit", "256", "--offline", "--out", str(tmp_path / "demo"), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "scikit-learn's bundled handwritten digits" in proc.stdout
+    assert "identical" in proc.stdout and "yes" in proc.stdout
+
+
+def test_mnist_loader_prefers_the_keras_cache_and_falls_back_offline(tmp_path, monkeypatch):
+    import numpy as np
+
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    fallback = datasets.load_mnist(allow_download=False)
+    assert fallback.source == "sklearn-digits" and fallback.x_train.shape == (1500, 28, 28, 1)
+    assert 0.0 <= fallback.x_train.min() and fallback.x_train.max() <= 1.0
+    (tmp_path / "datasets").mkdir()
+    images = np.random.RandomState(0).randint(0, 256, size=(20, 28, 28), dtype=np.uint8)
+    np.savez(tmp_path / "datasets" / "mnist.npz", x_train=images, y_train=np.arange(20) % 10,
+             x_test=images[:4], y_test=np.arange(4))
+    cached = datasets.load_mnist(allow_download=False, limit=8)
+    assert cached.source == "keras-mnist" and cached.x_train.shape == (8, 28, 28, 1)
+    assert np.array_equal(cached.x_train[0, ..., 0], images[0] / np.float32(255.0))

@@ -1,0 +1,72 @@
+"""tfrepro.status() and tfrepro.environment(): structured, printable, JSON-serialisable."""
+
+import copy
+import json
+
+import pytest
+
+import tfrepro
+from tfrepro.proof.environment_info import environment_diff
+
+from conftest import run_tfrepro
+
+pytestmark = pytest.mark.core
+
+
+def test_status_is_structured_printable_and_serialisable():
+    report = tfrepro.status()
+    text = str(report)
+    assert "op determinism" in text and "PYTHONHASHSEED" in text
+    assert json.loads(json.dumps(report.to_dict()))["settings"]
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(report)
+    assert "op determinism" in console.export_text()
+
+
+def test_status_reports_problems_with_reasons_and_fixes(monkeypatch):
+    monkeypatch.setenv("TF_CUDNN_USE_AUTOTUNE", "0")
+    monkeypatch.setattr("tfrepro.determinism.state.STARTUP_HASHSEED", None)
+    report = tfrepro.status()
+    assert not report.ok
+    problems = {s.name: s for s in report.problems()}
+    assert "tfrepro run" in problems["PYTHONHASHSEED"].why
+    assert "unset it" in problems["TF_CUDNN_USE_AUTOTUNE"].why
+    with tfrepro.patched(1) as patched_report:
+        assert patched_report["op determinism"].ok
+
+
+def test_environment_fingerprint_has_everything_and_is_json():
+    env = tfrepro.environment()
+    assert json.loads(json.dumps(env)) == env
+    for key in ("python", "os", "cpu", "numpy", "keras", "tf_keras", "tf.keras", "tensorflow", "env", "onednn"):
+        assert key in env
+    tf_part = env["tensorflow"]
+    for key in ("version", "build_info", "gpus", "intra_op_threads", "inter_op_threads", "op_determinism"):
+        assert key in tf_part
+
+
+def test_environment_diff_flags_what_breaks_bitwise_reproducibility():
+    a = tfrepro.environment()
+    b = copy.deepcopy(a)
+    assert environment_diff(a, b) == []
+    b["tensorflow"]["intra_op_threads"] = 7
+    b["tensorflow"]["gpus"] = [{"name": "NVIDIA GeForce GTX 1080 Ti", "compute_capability": "6.1"}]
+    b["env"]["TFREPRO_UNRELATED"] = "x"
+    diffs = {d.key: d for d in environment_diff(a, b)}
+    assert diffs["tensorflow.intra_op_threads"].breaks_bitwise
+    assert "thread" in diffs["tensorflow.intra_op_threads"].why
+    assert diffs["tensorflow.gpus"].breaks_bitwise
+    assert not diffs["env.TFREPRO_UNRELATED"].breaks_bitwise
+    assert "breaks bitwise" in str(diffs["tensorflow.gpus"])
+    with pytest.raises(TypeError):
+        environment_diff(a, "not a fingerprint")
+
+
+def test_env_and_status_commands():
+    proc = run_tfrepro("env", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["tensorflow"]["version"]
+    proc = run_tfrepro("status")
+    assert proc.returncode == 0 and "op determinism" in proc.stdout

@@ -1,0 +1,105 @@
+"""`tfrepro run`: command rewriting, exit codes, Ctrl-C, and bad input without tracebacks."""
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tfrepro.errors import LaunchError
+from tfrepro.launching.command import BOOTSTRAP, bootstrap_command
+from tfrepro.launching.config import ENV_NAMES, LaunchConfig
+
+from conftest import SCRIPTS, clean_env, run_tfrepro
+
+pytestmark = pytest.mark.core
+BOOT = ["-m", BOOTSTRAP]
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("print('hi')\n")
+    return str(path)
+
+
+def test_rewrites_python_commands_to_run_through_the_bootstrap(script):
+    py = sys.executable
+    assert bootstrap_command([py, script, "--lr", "1"]) == [py, *BOOT, script, "--lr", "1"]
+    assert bootstrap_command([py, "-u", "-W", "error", script]) == [py, "-u", "-W", "error", *BOOT, script]
+    assert bootstrap_command([py, "-m", "pkg.train", "-x"]) == [py, *BOOT, "--module", "pkg.train", "-x"]
+    assert bootstrap_command([py, "-c", "print(1)", "a"]) == [py, *BOOT, "--code", "print(1)", "a"]
+    assert bootstrap_command([script, "a"]) == [sys.executable, *BOOT, script, "a"]
+
+
+@pytest.mark.parametrize("command, message", [
+    ([], "no command"),
+    (["bash", "x.sh"], "not a Python interpreter"),
+    ([sys.executable, "missing_script.py"], "script not found"),
+    ([sys.executable], "no script"),
+    ([sys.executable, "-m"], "needs an argument"),
+    (["python9.9", "x.py"], "interpreter not found"),
+])
+def test_unlaunchable_commands_raise_launch_error(command, message):
+    with pytest.raises(LaunchError, match=message):
+        bootstrap_command(command)
+
+
+def test_child_env_sets_what_must_precede_interpreter_start():
+    env = LaunchConfig(seed=9, threads=2, onednn=False).to_env(base={"TF_DETERMINISTIC_OPS": "0"})
+    assert env["PYTHONHASHSEED"] == "9" and env["TF_DETERMINISTIC_OPS"] == "1"
+    assert env["TF_ENABLE_ONEDNN_OPTS"] == "0" and env[ENV_NAMES["threads"]] == "2"
+    unpatched = LaunchConfig(seed=9, patch=False).to_env(base={})
+    assert "PYTHONHASHSEED" not in unpatched and unpatched[ENV_NAMES["patch"]] == "0"
+
+
+@pytest.mark.parametrize("config", [
+    LaunchConfig(),
+    LaunchConfig(seed=2**32 - 1, threads=3, onednn=True, ops=True, trace_dir="/tmp/x y", gradients=True),
+    LaunchConfig(seed=7, onednn=False, patch=False),
+])
+def test_launch_config_round_trips_through_the_child_environment(config):
+    assert LaunchConfig.from_env(config.to_env(base={})) == config
+
+
+def test_stale_protocol_variables_never_leak_into_the_child():
+    stale = {name: "junk" for name in ENV_NAMES.values()}
+    env = LaunchConfig(seed=1).to_env(base={**stale, "HOME": "/h"})
+    assert LaunchConfig.from_env(env) == LaunchConfig(seed=1) and env["HOME"] == "/h"
+    assert not {ENV_NAMES[name] for name in ("threads", "onednn", "trace_dir")} & set(env)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--", sys.executable, "missing_script.py"], "script not found: missing_script.py"),
+    (["run"], "no command given"),
+    (["run", "--seed", "-3", "--", sys.executable, "-c", "1"], "--seed must be an int"),
+    (["run", "--seed", "abc", "--", sys.executable, "-c", "1"], "invalid int value"),
+    (["run", "--onednn", "maybe", "--", sys.executable, "-c", "1"], "expected on or off"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_user_errors_exit_2_with_one_clear_line_and_no_traceback(args, message):
+    proc = run_tfrepro(*args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_exit_code_and_arguments_pass_through(tmp_path):
+    script = tmp_path / "exit.py"
+    script.write_text("import sys, os\nprint(sys.argv[1:], os.environ['PYTHONHASHSEED'])\nsys.exit(7)\n")
+    proc = run_tfrepro("run", "--seed", "11", "--", sys.executable, str(script), "a", "--b")
+    assert proc.returncode == 7, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "['a', '--b'] 11"
+
+
+def test_ctrl_c_reaches_the_script():
+    proc = subprocess.Popen([sys.executable, "-m", "tfrepro", "run", "--", sys.executable, str(SCRIPTS / "wait_for_ctrl_c.py")],
+                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3
+    assert "interrupted" in out

@@ -1,0 +1,105 @@
+"""Trace files: exact encoding, incremental writes, corruption named by file and line."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tfrepro
+from tfrepro.proof.traces import FORMAT, VERSION, TraceWriter, bits_float, encode_logs, float_bits, read_trace
+
+HEADER = {"type": "header", "format": FORMAT, "version": VERSION, "model": {"layers": ["d"], "variables": [
+    {"name": "d/kernel", "layer": "d", "shape": [2, 1], "dtype": "float32"}]}, "environment": {}}
+
+
+def batch(step, loss=0.5, weights="00" * 16):
+    return {"type": "batch", "epoch": 0, "batch": step, "step": step, "logs": {"loss": loss},
+            "bits": {"loss": float_bits(loss)}, "weights": [weights]}
+
+
+def write(path, records):
+    with TraceWriter(path) as writer:
+        for record in [HEADER, *records]:
+            writer.write(record)
+    return path
+
+
+def test_float_bits_are_lossless():
+    for value in (0.1, -0.0, 1e-310, float(np.float32(1 / 3)), math.inf, float("nan")):
+        assert float_bits(bits_float(float_bits(value))) == float_bits(value)
+    values, bits = encode_logs({"loss": np.float32(0.1), "acc": 1, "nan": float("nan"), "vec": np.ones(3), "s": "x"})
+    assert set(values) == {"loss", "acc", "nan"} and values["nan"] is None
+    assert bits_float(bits["loss"]) == float(np.float32(0.1))
+
+
+def test_each_record_is_on_disk_as_soon_as_it_is_written(tmp_path):
+    path = tmp_path / "t.jsonl"
+    writer = TraceWriter(path)
+    writer.write(HEADER)
+    writer.write(batch(0))
+    assert len(path.read_text().splitlines()) == 2  # flushed without closing: a crash loses nothing
+    writer.close()
+
+
+def test_read_trace_and_pandas_agree(tmp_path):
+    path = write(tmp_path / "t.jsonl", [batch(0), batch(1, 0.25), {"type": "end", "weights": ["00" * 16]}])
+    trace = read_trace(path)
+    assert trace.complete and len(trace) == 3 and trace.layers == ["d"]
+    frame = pd.read_json(path, lines=True)
+    assert list(frame["type"]) == ["header", "batch", "batch", "end"]
+
+
+def test_truncated_trace_names_file_and_line_and_compare_uses_what_came_before(tmp_path):
+    good = write(tmp_path / "good.jsonl", [batch(0), batch(1), batch(2)])
+    text = good.read_text()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(text[: len(text) - 20])  # the run crashed while writing its last record
+    with pytest.raises(tfrepro.TraceError, match=r"cut\.jsonl, line 4"):
+        read_trace(cut)
+    lenient = read_trace(cut, strict=False)
+    assert len(lenient) == 2 and lenient.error.line == 4
+    comparison = tfrepro.compare(good, cut)
+    assert not comparison.identical and comparison.records_compared == 2
+    assert any("line 4" in note for note in comparison.notes)
+    assert comparison.divergence.kind == "length"
+
+
+def test_corrupt_middle_line_and_foreign_files(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(HEADER) + "\n{not json\n")
+    with pytest.raises(tfrepro.TraceError, match=r"bad\.jsonl, line 2: not valid JSON"):
+        read_trace(bad)
+    foreign = tmp_path / "foreign.jsonl"
+    foreign.write_text('{"type": "header", "format": "other"}\n')
+    with pytest.raises(tfrepro.TraceError, match="not a tfrepro-trace file"):
+        read_trace(foreign)
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(tfrepro.TraceError, match="empty"):
+        read_trace(tmp_path / "empty.jsonl")
+    with pytest.raises(FileNotFoundError):
+        read_trace(tmp_path / "missing.jsonl")
+
+
+def test_compare_names_quantity_layer_and_loss_difference(tmp_path):
+    a = write(tmp_path / "a.jsonl", [batch(0), batch(1, 0.5), {"type": "end", "weights": ["00" * 16]}])
+    b = write(tmp_path / "b.jsonl", [batch(0), batch(1, 0.5000001, "11" * 16), {"type": "end", "weights": ["00" * 16]}])
+    comparison = tfrepro.compare(a, b)
+    assert comparison.comparable and not comparison.identical
+    d = comparison.divergence
+    assert (d.epoch, d.batch, d.quantities, d.layers) == (0, 1, ("loss", "weights"), ("d",))
+    assert d.loss_delta == pytest.approx(1e-7)
+    assert tfrepro.compare(a, a).identical
+
+
+def test_traces_of_different_models_are_not_comparable(tmp_path):
+    a = write(tmp_path / "a.jsonl", [batch(0)])
+    other = json.loads(json.dumps(HEADER))
+    other["model"]["variables"][0]["shape"] = [3, 1]
+    b = tmp_path / "b.jsonl"
+    with TraceWriter(b) as writer:
+        writer.write(other)
+    comparison = tfrepro.compare(a, b)
+    assert not comparison.comparable and comparison.verdict == "not comparable"
+    assert "shape [2, 1] vs [3, 1]" in comparison.mismatch[0]

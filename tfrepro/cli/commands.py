@@ -1,0 +1,246 @@
+"""The ``tfrepro`` command line: the argument parser and one function per command.
+
+Exit codes are ``tfrepro.cli.exit_codes.ExitCode``; ``tfrepro run`` returns the script's own (the
+script replaces the tfrepro process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tfrepro._version import __version__
+from tfrepro.cli.exit_codes import ExitCode
+from tfrepro.errors import LaunchError
+from tfrepro.launching.command import bootstrap_command
+from tfrepro.launching.config import LaunchConfig
+
+if TYPE_CHECKING:
+    from tfrepro.launching.checking import CheckResult
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but every error is one line and exit code 2, never a traceback."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n(see `{self.prog} --help`)\n")
+
+
+def _fail(message: str) -> int:
+    print(f"tfrepro: error: {message}", file=sys.stderr)
+    return ExitCode.USAGE
+
+
+def _onednn(value: str) -> bool:
+    if value not in ("on", "off"):
+        raise argparse.ArgumentTypeError("expected on or off")
+    return value == "on"
+
+
+def _add_launch_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=0, help="the seed (default 0), also PYTHONHASHSEED")
+    parser.add_argument("--threads", type=int, default=None, help="pin TF's intra/inter-op thread pools to N")
+    parser.add_argument("--onednn", type=_onednn, default=None, metavar="on|off", help="set TF_ENABLE_ONEDNN_OPTS")
+    parser.add_argument("--ops", action="store_true", help="patch(ops=True): use tfrepro.ops' order-invariant ops")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py [args...]")
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    command = list(args.command)
+    return command[1:] if command[:1] == ["--"] else command
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops)
+    command = bootstrap_command(_command(args))
+    env = config.to_env()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.name == "posix":
+        try:
+            os.execvpe(command[0], command, env)  # the script becomes this process: signals and exit code pass through
+        except OSError as exc:
+            return _fail(f"cannot start {command[0]}: {exc}")
+    return _run_and_wait(command, env)
+
+
+def _run_and_wait(command: list[str], env: dict[str, str]) -> int:
+    """Non-POSIX: run as a child. Ctrl-C reaches the child through the console; wait for its exit."""
+    with subprocess.Popen(command, env=env) as child:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from tfrepro.proof.environment_info import environment
+
+    env = environment()
+    if args.json:
+        print(json.dumps(env, indent=2, sort_keys=True))
+        return ExitCode.OK
+    from tfrepro.cli import rendering
+
+    rendering.console().print(rendering.environment_view(env))
+    return ExitCode.OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from tfrepro.determinism.reporting import status
+
+    report = status()
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return ExitCode.OK
+    from tfrepro.cli import rendering
+
+    rendering.console().print(rendering.report_table(report))
+    return ExitCode.OK
+
+
+def _out_dir(out: str | None, prefix: str) -> Path:
+    if out is None:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise LaunchError(f"--out {out} exists and is not a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from tfrepro.cli import rendering
+    from tfrepro.proof.comparison import compare
+    from tfrepro.proof.traces import TraceError
+
+    try:
+        comparison = compare(args.a, args.b)
+    except (FileNotFoundError, TraceError) as exc:
+        return _fail(str(exc))
+    rendering.console().print(rendering.comparison_view(comparison))
+    if not comparison.comparable:
+        return ExitCode.USAGE
+    return ExitCode.OK if comparison.identical else ExitCode.DIVERGED
+
+
+def _check_exit_code(result: CheckResult) -> ExitCode:
+    if result.failure:
+        return ExitCode.USAGE
+    return ExitCode.OK if result.identical else ExitCode.DIVERGED
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from tfrepro.cli import rendering
+    from tfrepro.launching.checking import check
+
+    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops,
+                          patch=not args.no_patch, gradients=args.gradients)
+    command = _command(args)
+    bootstrap_command(command)  # fail fast on a bad command
+    out = _out_dir(args.out, "tfrepro-check-")
+    result = rendering.with_progress(f"tfrepro check: {args.runs} runs", args.runs,
+                                     lambda on_run: check(command, runs=args.runs, config=config, out=out,
+                                                          on_run=on_run))
+    rendering.print_check(result, out)
+    return _check_exit_code(result)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tfrepro.cli import rendering
+    from tfrepro.examples.demo import epoch_losses, run_demo
+
+    if args.epochs < 1 or args.limit < 64:
+        raise LaunchError("--epochs must be >= 1 and --limit >= 64")
+    out = _out_dir(args.out, "tfrepro-demo-")
+    console = rendering.console()
+    mode = "without tfrepro (negative control: no patch, no seed)" if args.no_patch else f"with tfrepro.patch({args.seed})"
+    console.print(f"Training the Keras MNIST CNN twice in fresh processes, {mode}.")
+    result = rendering.with_progress("training", 2, lambda on_run: run_demo(
+        seed=args.seed, patch=not args.no_patch, epochs=args.epochs, limit=args.limit, offline=args.offline,
+        out=out, on_run=on_run))
+    if result.runs and result.runs[0].returncode == 0:
+        data_line = next((line for line in result.runs[0].stdout().splitlines() if line.startswith("data: ")), "")
+        console.print(data_line, markup=False, highlight=False)
+    if all(run.traces for run in result.runs) and len(result.runs) == 2:
+        rendering.print_demo_losses([epoch_losses(run.traces[0]) for run in result.runs])
+    rendering.print_check(result, out)
+    return _check_exit_code(result)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tfrepro", description="Reproducible TensorFlow/Keras training.")
+    parser.add_argument("--version", action="version", version=f"tfrepro {__version__}")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run an unmodified Python training script deterministically",
+                         description="Run a Python command with PYTHONHASHSEED and the TF determinism "
+                                     "variables set before the interpreter starts, and tfrepro.patch() "
+                                     "applied before the script's first line. Exit code: the script's.")
+    _add_launch_options(run)
+    run.set_defaults(func=cmd_run)
+
+    check = sub.add_parser("check", help="run a script N times and name the first divergence",
+                           description="Run an unmodified script N times in fresh interpreters (as "
+                                       "`tfrepro run` does), record every Model.fit, and compare each run "
+                                       "with the first. Exit 0 identical, 1 diverged, 2 a run failed.")
+    check.add_argument("--runs", type=int, default=2, help="how many runs (default 2)")
+    check.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder)")
+    check.add_argument("--no-patch", action="store_true", help="run without tfrepro.patch (negative control)")
+    check.add_argument("--gradients", action="store_true", help="also compare every applied gradient")
+    _add_launch_options(check)
+    check.set_defaults(func=cmd_check)
+
+    compare = sub.add_parser("compare", help="compare two traces exactly",
+                             description="Exit 0 identical, 1 diverged, 2 unusable input or not comparable.")
+    compare.add_argument("a", help="trace file (JSON Lines)")
+    compare.add_argument("b", help="trace file (JSON Lines)")
+    compare.set_defaults(func=cmd_compare)
+
+    demo = sub.add_parser("demo", help="train the Keras MNIST CNN twice and show the runs match",
+                          description="Trains the classic Keras MNIST CNN twice in fresh processes with "
+                                      "tfrepro.patch and the recording callback, and compares the runs "
+                                      "exactly. Uses MNIST from the Keras cache (or a download) and else "
+                                      "scikit-learn's bundled digits.")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--epochs", type=int, default=2)
+    demo.add_argument("--limit", type=int, default=2048, help="training images (default 2048)")
+    demo.add_argument("--offline", action="store_true", help="never try to download MNIST")
+    demo.add_argument("--no-patch", action="store_true", help="train without tfrepro (shows the problem)")
+    demo.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder)")
+    demo.set_defaults(func=cmd_demo)
+
+    env = sub.add_parser("env", help="print this machine's environment fingerprint")
+    env.add_argument("--json", action="store_true", help="machine-readable JSON")
+    env.set_defaults(func=cmd_env)
+
+    status = sub.add_parser("status", help="print which determinism settings are in place in a fresh process")
+    status.add_argument("--json", action="store_true", help="machine-readable JSON")
+    status.set_defaults(func=cmd_status)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:
+        parser.print_help(sys.stderr)
+        return ExitCode.USAGE
+    try:
+        return args.func(args)
+    except (LaunchError, ImportError) as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Everything the ``tfrepro`` command prints: status reports, comparisons, check and demo results,
+progress. Rich tables on the console; library objects keep their plain-text ``str()``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rich.console import Console, Group
+from rich.pretty import Pretty
+from rich.table import Table
+from rich.text import Text
+
+from tfrepro.determinism.reporting import Report
+from tfrepro.launching.checking import CheckResult
+from tfrepro.proof.comparison import Comparison
+
+T = TypeVar("T")
+_REPORT_STYLE = {True: "green", False: "bold red", None: "dim"}
+_VERDICT_STYLE = {"identical": "bold green", "diverged": "bold red", "not comparable": "bold yellow"}
+
+
+def console() -> Console:
+    return Console()
+
+
+def report_table(report: Report) -> Table:
+    table = Table(title="tfrepro status", show_lines=False)
+    for column in ("setting", "state", "why"):
+        table.add_column(column)
+    for s in report.settings:
+        table.add_row(s.name, Text(s.value, style=_REPORT_STYLE[s.ok]), s.why)
+    return table
+
+
+def comparison_view(comparison: Comparison) -> Group:
+    table = Table(show_header=False, box=None)
+    table.add_row("verdict", Text(comparison.verdict, style=_VERDICT_STYLE[comparison.verdict]))
+    table.add_row("runs", f"A = {comparison.a}\nB = {comparison.b}")
+    table.add_row("records compared", str(comparison.records_compared))
+    for m in comparison.mismatch:
+        table.add_row("model mismatch", m)
+    if comparison.divergence is not None:
+        d = comparison.divergence
+        table.add_row("first divergence", d.where)
+        table.add_row("differs", ", ".join(d.quantities) or d.detail)
+        if d.detail:
+            table.add_row("detail", d.detail)
+        if d.layers:
+            table.add_row("layers (model order)", ", ".join(d.layers))
+        if d.loss_a is not None:
+            delta = "identical" if d.loss_delta == 0 else f"{d.loss_delta:.3g}"
+            table.add_row("loss A / B", f"{d.loss_a!r} / {d.loss_b!r} (|diff| {delta})")
+    for n in comparison.notes:
+        table.add_row("note", n)
+    parts: list[Any] = [table]
+    if comparison.environment:
+        env = Table(title="environment differences")
+        for column in ("key", "A", "B", "breaks bitwise?"):
+            env.add_column(column)
+        for d in comparison.environment:
+            env.add_row(d.key, repr(d.a), repr(d.b), Text(d.why or "no", style="red" if d.breaks_bitwise else "dim"))
+        parts.append(env)
+        if comparison.expected and not comparison.identical:
+            parts.append(Text("A difference was to be expected: the environments differ in ways that "
+                              "break bitwise reproducibility.", style="yellow"))
+    return Group(*parts)
+
+
+def environment_view(env: dict[str, Any]) -> Pretty:
+    return Pretty(env, expand_all=True)
+
+
+def with_progress(label: str, runs: int, work: Callable[[Callable[[int], None]], T]) -> T:
+    """Run ``work(on_run)`` under a progress bar that advances once per finished run."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+               TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+    with Progress(*columns, console=console(), transient=True) as progress:
+        task = progress.add_task(label, total=runs)
+        return work(lambda index: progress.advance(task))
+
+
+def print_check(result: CheckResult, out: Path) -> None:
+    """The outcome of ``tfrepro check``/``demo``: the failed run's stderr, the first divergence,
+    or the identical verdict; then where the traces and logs are."""
+    out_console = console()
+    if result.failure:
+        out_console.print(Text(result.failure, style="bold red"))
+        failed = result.runs[-1]
+        tail = failed.stderr_tail()
+        if tail:
+            out_console.print(f"last lines of run {failed.index}'s stderr ({failed.directory / 'stderr.log'}):")
+            out_console.print(tail, markup=False, highlight=False)
+        return
+    comparison = result.comparison
+    if comparison.fit_count_mismatch:
+        out_console.print(Text.assemble(("diverged:", "bold red"), f" {comparison.fit_count_mismatch}"))
+    first = comparison.first_divergence
+    if first is not None:
+        out_console.print(Text.assemble(("diverged:", "bold red"), f" run {first.run} vs run 0, Model.fit call {first.fit}"))
+        out_console.print(comparison_view(first.comparison))
+    if comparison.identical:
+        records = comparison.comparisons[0].records_compared if comparison.comparisons else 0
+        out_console.print(Text.assemble(("identical:", "bold green"),
+                                        f" {comparison.runs} runs x {comparison.fits_per_run[0]} Model.fit call(s), "
+                                        f"{records} records each compared bit for bit"))
+    out_console.print(f"traces and logs: {out}")
+
+
+def print_demo_losses(losses: list[list[float]]) -> None:
+    """The two demo runs' per-epoch losses side by side, with whether their bits agree."""
+    table = Table(title="training loss per epoch (exact)")
+    for column in ("epoch", "run 0", "run 1", "same bits"):
+        table.add_column(column)
+    for epoch, (a, b) in enumerate(zip(*losses)):
+        same = a.hex() == b.hex()
+        table.add_row(str(epoch), repr(a), repr(b), Text("yes", style="green") if same else Text("no", style="red"))
+    console().print(table)

@@ -1,0 +1,140 @@
+"""``tfrepro.status()``: what is and is not in place for reproducible training, and why."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tfrepro import _tf
+from tfrepro.determinism import state, switches
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One line of the report. ``ok`` is True (good), False (breaks reproducibility) or None (information)."""
+
+    name: str
+    value: str
+    ok: bool | None
+    why: str = ""
+
+    def __str__(self) -> str:
+        mark = {True: "ok", False: "!!", None: "--"}[self.ok]
+        return f"[{mark}] {self.name}: {self.value}" + (f"; {self.why}" if self.why else "")
+
+
+@dataclass(frozen=True)
+class Report:
+    """A structured, printable status report: ``print(report)``, ``report.to_dict()``, ``report.ok``."""
+
+    settings: tuple[Setting, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when no setting is known to break reproducibility."""
+        return all(s.ok is not False for s in self.settings)
+
+    def __getitem__(self, name: str) -> Setting:
+        for setting in self.settings:
+            if setting.name == name:
+                return setting
+        raise KeyError(name)
+
+    def problems(self) -> list[Setting]:
+        return [s for s in self.settings if s.ok is False]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "settings": [asdict(s) for s in self.settings]}
+
+    def __str__(self) -> str:
+        return "\n".join(str(s) for s in self.settings)
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name)
+
+
+def _op_determinism(plan: switches.DeterminismPlan) -> Setting:
+    state = _tf.op_determinism_enabled()
+    if state is None:  # TF not imported: report what will happen at import.
+        on = _tf.env_flag("TF_DETERMINISTIC_OPS") == "on"
+        value = "on at TF import (TF_DETERMINISTIC_OPS=1)" if on else "off"
+        why = "TensorFlow not imported yet" + ("" if on else "; call tfrepro.patch()")
+        return Setting("op determinism", value, on, why)
+    if state:
+        return Setting("op determinism", f"on ({plan.mechanism})", True)
+    return Setting("op determinism", "off", False, "GPU kernels may sum in thread-arrival order; call tfrepro.patch()")
+
+
+def status() -> Report:
+    """Report each determinism-relevant setting, whether it is on, and why. Never imports TensorFlow."""
+    tf_version = _tf.installed_tf_version()
+    plan = switches.plan_for(tf_version)
+    seed = state.active_seed()
+    settings = [
+        Setting("tensorflow", tf_version or "not installed", None if tf_version else False,
+                "" if tf_version else f"install it: {_tf.INSTALL_HINT}"),
+        Setting("keras", _tf.keras_info().describe(), None),
+        _op_determinism(plan),
+    ]
+    for name in switches.DETERMINISM_ENV:
+        value = _env(name)
+        wanted = plan.env.get(name)
+        if wanted is None and value is None:
+            continue  # not read by this TF version and not set
+        good = _tf.env_flag(name) == "on" if wanted else None
+        why = "" if good is not False else (f"expected {wanted}" + ("" if value is None else f"; {value} turns it off"))
+        settings.append(Setting(name, "not set" if value is None else value, good, why))
+
+    autotune = _env("TF_CUDNN_USE_AUTOTUNE")
+    autotune_off = _tf.env_flag("TF_CUDNN_USE_AUTOTUNE") == "off"
+    settings.append(
+        Setting("TF_CUDNN_USE_AUTOTUNE", "not set" if autotune is None else autotune,
+                False if autotune_off else None,
+                "unset it: deterministic mode selects deterministic cuDNN algorithms through the autotuner"
+                if autotune_off else "")
+    )
+
+    hashseed = state.STARTUP_HASHSEED
+    if hashseed is None:
+        settings.append(Setting("PYTHONHASHSEED", "not set", False,
+                                "set and dict iteration order may differ between runs; use `tfrepro run`"))
+    elif seed is not None and hashseed != str(seed):
+        settings.append(Setting("PYTHONHASHSEED", hashseed, None,
+                                f"differs from the seed {seed}; fixed, so still reproducible"))
+    else:
+        settings.append(Setting("PYTHONHASHSEED", hashseed, True))
+
+    settings.append(
+        Setting("seeds", f"seeded with {seed}" if seed is not None else "not seeded by tfrepro",
+                True if seed is not None else None,
+                "Python, NumPy, TF global seed and Generator, Keras" if seed is not None
+                else "call tfrepro.patch(seed) or tfrepro.seed_everything(seed)")
+    )
+    replaced = state.active_ops()
+    settings.append(Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops" if replaced else "off", None,
+                            ", ".join(replaced) if replaced else "patch(ops=True) makes segment sums, bias_add, "
+                            "softmax xent, gather, bincount, resize backprop order-invariant"))
+    settings.append(_threads_setting())
+    onednn = _env("TF_ENABLE_ONEDNN_OPTS")
+    settings.append(
+        Setting("oneDNN", _tf.onednn().replace("default", "TF default"), None,
+                "changes CPU numerics; same setting needed on every run" + (
+                    "" if onednn is None else f" (TF_ENABLE_ONEDNN_OPTS={onednn})"))
+    )
+    for limit in plan.limits:
+        settings.append(Setting("limit", limit, None))
+    return Report(tuple(settings))
+
+
+def _threads_setting() -> Setting:
+    if not _tf.tf_imported():
+        return Setting("thread pools", "TF default", None, "TensorFlow not imported yet")
+    threading = _tf.import_tf().config.threading
+    intra = threading.get_intra_op_parallelism_threads()
+    inter = threading.get_inter_op_parallelism_threads()
+    if intra == 0 or inter == 0:
+        return Setting("thread pools", f"intra={intra}, inter={inter} (0 = one per core)", None,
+                       "CPU results can differ across machines with other core counts; patch(threads=N)")
+    return Setting("thread pools", f"intra={intra}, inter={inter}", True)

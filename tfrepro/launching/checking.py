@@ -1,0 +1,99 @@
+"""``tfrepro check``: run an unmodified command N times in fresh interpreters and compare the runs.
+
+Each run is launched like ``tfrepro run`` (or without the patch, as a negative control), with a
+``ReproducibilityCallback`` attached to every ``Model.fit``; the traces go through the same
+"N runs against run 0" core as ``tfrepro.verify`` (``tfrepro.proof.runs``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfrepro.errors import LaunchError
+from tfrepro.launching.command import bootstrap_command
+from tfrepro.launching.config import LaunchConfig
+from tfrepro.proof.runs import RunsComparison, compare_runs
+
+
+@dataclass
+class RunOutcome:
+    """One run: its exit code, its folder (stdout.log, stderr.log, fit-K.jsonl) and its traces."""
+
+    index: int
+    returncode: int
+    directory: Path
+    traces: list[Path]
+
+    def stderr_tail(self, lines: int = 25) -> str:
+        text = (self.directory / "stderr.log").read_text(errors="replace")
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+    def stdout(self) -> str:
+        return (self.directory / "stdout.log").read_text(errors="replace")
+
+
+@dataclass
+class CheckResult:
+    """The runs, and their comparison once every run finished and called ``Model.fit``.
+    ``failure`` says why there is no comparison: a run failed or never called ``Model.fit``."""
+
+    runs: list[RunOutcome]
+    comparison: RunsComparison | None = None
+    failure: str = ""
+
+    @property
+    def identical(self) -> bool:
+        return self.comparison is not None and self.comparison.identical
+
+
+def run_once(command: list[str], config: LaunchConfig, directory: Path, index: int) -> RunOutcome:
+    """Run the command once in a fresh interpreter, its output and traces kept in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    env = dataclasses.replace(config, trace_dir=str(directory)).to_env()
+    with (directory / "stdout.log").open("wb") as out, (directory / "stderr.log").open("wb") as err:
+        child = subprocess.Popen(command, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        try:
+            returncode = child.wait()
+        except KeyboardInterrupt:
+            child.terminate()
+            child.wait()
+            raise
+    traces = sorted(directory.glob("fit-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
+    return RunOutcome(index, returncode, directory, traces)
+
+
+def check(
+    command: list[str],
+    *,
+    runs: int,
+    config: LaunchConfig,
+    out: Path,
+    on_run: Callable[[int], None] | None = None,
+) -> CheckResult:
+    """Run ``command`` ``runs`` times (see module doc) and compare; ``on_run(i)`` after each run.
+    ``config.gradients`` records gradient fingerprints too.
+
+    Raises ``LaunchError`` for a command that cannot be launched.
+    """
+    if runs < 2:
+        raise LaunchError(f"--runs must be at least 2 to compare runs; got {runs}")
+    argv = bootstrap_command(command)
+    result = CheckResult([])
+    for index in range(runs):
+        outcome = run_once(argv, config, out / f"run-{index}", index)
+        result.runs.append(outcome)
+        if on_run is not None:
+            on_run(index)
+        if outcome.returncode != 0:
+            result.failure = f"run {index} failed with exit code {outcome.returncode}"
+            return result
+        if not outcome.traces:
+            result.failure = (f"run {index} never called Model.fit, so there is nothing to compare "
+                              "(tfrepro check records Keras Model.fit calls)")
+            return result
+    result.comparison = compare_runs([outcome.traces for outcome in result.runs])
+    return result

@@ -1,0 +1,58 @@
+"""Rewrite the user's Python command so that it runs through ``tfrepro.launching.bootstrap``, which
+applies ``tfrepro.patch`` before the script's first line (``tfrepro run``, ``tfrepro check``)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from tfrepro.errors import LaunchError
+
+BOOTSTRAP = "tfrepro.launching.bootstrap"
+_PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
+# Interpreter options that take a separate value (`-W error`, `-X dev`).
+_OPTIONS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
+
+
+def bootstrap_command(command: list[str]) -> list[str]:
+    """Rewrite ``python [opts] script.py args`` / ``python -m mod args`` / ``python -c code`` /
+    ``script.py args`` so that it runs through the bootstrap. Raises LaunchError for anything else."""
+    if not command:
+        raise LaunchError("no command given; usage: tfrepro run [options] -- python train.py [args...]")
+    head = command[0]
+    if head.endswith(".py"):
+        return [sys.executable, "-m", BOOTSTRAP, _existing_script(head), *command[1:]]
+    if not _PYTHON_NAME.match(Path(head).name):
+        raise LaunchError(
+            f"{head!r} is not a Python interpreter or a .py script; tfrepro runs Python commands: "
+            "`python train.py ...`, `python -m package.module ...` or `train.py ...`"
+        )
+    if shutil.which(head) is None:
+        raise LaunchError(f"Python interpreter not found: {head}")
+    options: list[str] = []
+    index = 1
+    while index < len(command):
+        arg = command[index]
+        if arg in ("-m", "-c"):
+            if index + 1 >= len(command):
+                raise LaunchError(f"`{head} {arg}` needs an argument")
+            flag = "--module" if arg == "-m" else "--code"
+            return [head, *options, "-m", BOOTSTRAP, flag, command[index + 1], *command[index + 2:]]
+        if arg == "-" or not arg.startswith("-"):
+            break
+        options.append(arg)
+        if arg in _OPTIONS_WITH_VALUE and index + 1 < len(command):
+            options.append(command[index + 1])
+            index += 1
+        index += 1
+    if index >= len(command) or command[index] == "-":
+        raise LaunchError(f"no script given to {head}; tfrepro cannot run an interactive interpreter or stdin")
+    return [head, *options, "-m", BOOTSTRAP, _existing_script(command[index]), *command[index + 1:]]
+
+
+def _existing_script(path: str) -> str:
+    if not Path(path).is_file():
+        raise LaunchError(f"script not found: {path}")
+    return path

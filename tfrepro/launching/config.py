@@ -1,0 +1,77 @@
+"""``LaunchConfig``: how a launched child runs, and the one place that turns it into the child's
+environment (``to_env``) and back (``from_env``, on the child's side in ``bootstrap``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+from tfrepro import _tf
+from tfrepro.determinism import seeding, switches
+from tfrepro.errors import LaunchError
+
+# The launcher/child protocol: LaunchConfig field -> environment variable.
+ENV_NAMES = {
+    "patch": "TFREPRO_PATCH",
+    "seed": "TFREPRO_SEED",
+    "threads": "TFREPRO_THREADS",
+    "onednn": "TFREPRO_ONEDNN",
+    "ops": "TFREPRO_OPS",
+    "trace_dir": "TFREPRO_TRACE_DIR",
+    "gradients": "TFREPRO_GRADIENTS",
+}
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How the child runs: whether and how to patch (seed, thread pools, oneDNN, op replacements),
+    and, for ``tfrepro check``, where every ``Model.fit`` writes its trace and whether gradients
+    are fingerprinted too."""
+
+    seed: int = 0
+    threads: int | None = None
+    onednn: bool | None = None
+    ops: bool = False
+    patch: bool = True
+    trace_dir: str | None = None
+    gradients: bool = False
+
+    def __post_init__(self) -> None:
+        try:
+            seeding.validate_seed(self.seed, "--seed")
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+        if self.threads is not None and self.threads < 1:
+            raise LaunchError(f"--threads must be a positive integer; got {self.threads}")
+
+    def to_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The child's environment: ``base`` (default ``os.environ``) with the protocol variables
+        replaced, plus what must be set before the interpreter starts (``PYTHONHASHSEED``, the
+        determinism switches of the installed TF, ``TF_ENABLE_ONEDNN_OPTS``)."""
+        env = {k: v for k, v in (os.environ if base is None else base).items() if k not in ENV_NAMES.values()}
+        for name, value in asdict(self).items():
+            if value is None:
+                continue
+            env[ENV_NAMES[name]] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        if self.onednn is not None:
+            env["TF_ENABLE_ONEDNN_OPTS"] = env[ENV_NAMES["onednn"]]
+        if self.patch:
+            env["PYTHONHASHSEED"] = str(self.seed)
+            env.update(switches.plan_for(_tf.installed_tf_version()).env)
+        return env
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> LaunchConfig:
+        """The configuration ``to_env`` wrote (defaults for what is absent)."""
+        environ = os.environ if environ is None else environ
+        values = {name: environ[variable] for name, variable in ENV_NAMES.items() if variable in environ}
+        config = {}
+        for name, raw in values.items():
+            if name in ("patch", "ops", "gradients", "onednn"):
+                config[name] = raw == "1"
+            elif name in ("seed", "threads"):
+                config[name] = int(raw)
+            else:
+                config[name] = raw
+        return cls(**config)

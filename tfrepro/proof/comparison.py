@@ -1,0 +1,213 @@
+"""``tfrepro.compare``: are two runs identical, and if not, where did they part?
+
+Comparison is exact: logged values by their float64 bits, weights by their fingerprints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfrepro.proof.environment_info import EnvDifference, environment_diff
+from tfrepro.proof.traces import PathLike, Trace, bits_float, read_trace
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first point where two runs differ.
+
+    ``kind`` is the record type ("batch", "epoch", "end"), or "schedule" when the runs visited
+    different (epoch, batch) points, or "length" when one run stopped earlier. ``quantities``
+    lists what differs there (logged names, then "gradients", then "weights"); ``layers`` the
+    layers whose weights differ and ``gradient_layers`` those whose gradients differ, in model order.
+    """
+
+    kind: str
+    epoch: int | None
+    batch: int | None
+    step: int | None
+    quantities: tuple[str, ...]
+    layers: tuple[str, ...] = ()
+    variables: tuple[str, ...] = ()
+    loss_a: float | None = None
+    loss_b: float | None = None
+    detail: str = ""
+    gradient_layers: tuple[str, ...] = ()
+
+    @property
+    def quantity(self) -> str:
+        return self.quantities[0] if self.quantities else self.kind
+
+    @property
+    def loss_delta(self) -> float | None:
+        if self.loss_a is None or self.loss_b is None:
+            return None
+        return abs(self.loss_a - self.loss_b)
+
+    @property
+    def where(self) -> str:
+        if self.kind == "batch":
+            return f"epoch {self.epoch}, batch {self.batch} (step {self.step})"
+        if self.kind == "epoch":
+            return f"end of epoch {self.epoch}"
+        if self.kind == "end":
+            return "end of training"
+        return f"step {self.step}" if self.step is not None else "record"
+
+    def __str__(self) -> str:
+        if self.kind in ("schedule", "length"):
+            return f"{self.where}: {self.detail}"
+        parts = [f"{self.where}: {', '.join(self.quantities)} differ"]
+        if self.loss_delta is not None and "loss" in self.quantities:
+            parts.append(f"loss {self.loss_a!r} vs {self.loss_b!r} (|diff| {self.loss_delta:.3g})")
+        elif self.loss_a is not None:
+            parts.append("loss identical")
+        if self.gradient_layers:
+            parts.append("gradients differ first in: " + ", ".join(self.gradient_layers))
+        if self.layers:
+            parts.append("weights differ first in: " + ", ".join(self.layers))
+        return "; ".join(parts)
+
+
+def model_mismatch(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> list[str]:
+    """How two traces' variable lists differ (names, shapes, dtypes); empty when comparable."""
+    mismatches = []
+    if len(a) != len(b):
+        mismatches.append(f"{len(a)} variables vs {len(b)}")
+    for index, (va, vb) in enumerate(zip(a, b)):
+        for key in ("name", "shape", "dtype"):
+            if va.get(key) != vb.get(key):
+                mismatches.append(f"variable {index}: {key} {va.get(key)!r} vs {vb.get(key)!r}")
+    return mismatches
+
+
+def _ordered(keys: set[str]) -> list[str]:
+    return sorted(keys, key=lambda k: (k != "loss", k.startswith("val_"), k))
+
+
+def find_difference(variables: Sequence[dict[str, Any]], a: dict[str, Any], b: dict[str, Any]) -> Divergence | None:
+    """The difference between two corresponding records of comparable traces, or None."""
+    epoch, batch, step = a.get("epoch"), a.get("batch"), a.get("step")
+    if (a.get("type") == "end") != (b.get("type") == "end"):
+        ended = "A" if a.get("type") == "end" else "B"
+        detail = f"run {ended} ended here, the other run went on training: identical up to this point"
+        return Divergence("length", epoch, batch, step, ("length",), detail=detail)
+    if (a.get("type"), epoch, batch) != (b.get("type"), b.get("epoch"), b.get("batch")):
+        detail = (f"run A is at {a.get('type')} epoch {epoch} batch {batch}, run B at {b.get('type')} "
+                  f"epoch {b.get('epoch')} batch {b.get('batch')} (different number of batches or epochs)")
+        return Divergence("schedule", epoch, batch, step, ("schedule",), detail=detail)
+    bits_a, bits_b = a.get("bits", {}), b.get("bits", {})
+    quantities = _ordered({k for k in set(bits_a) | set(bits_b) if bits_a.get(k) != bits_b.get(k)})
+    gradient_names, gradient_layers = _differing(variables, a.get("gradients"), b.get("gradients"))
+    names, layers = _differing(variables, a.get("weights"), b.get("weights"))
+    if not names and a.get("layers") != b.get("layers"):
+        layers = [name for name in a.get("layers", {}) if a["layers"].get(name) != b.get("layers", {}).get(name)]
+    if gradient_layers:
+        quantities.append("gradients")
+    if layers:
+        quantities.append("weights")
+    if not quantities:
+        return None
+    loss_a = bits_float(bits_a["loss"]) if "loss" in bits_a else None
+    loss_b = bits_float(bits_b["loss"]) if "loss" in bits_b else None
+    return Divergence(a.get("type", "?"), epoch, batch, step, tuple(quantities), tuple(layers),
+                      tuple(names + gradient_names), loss_a, loss_b, gradient_layers=tuple(gradient_layers))
+
+
+def _differing(variables: Sequence[dict[str, Any]], a: list | None, b: list | None) -> tuple[list[str], list[str]]:
+    """Names of the variables whose fingerprints differ between two per-variable lists, and their
+    layers in model order (empty when either list is missing)."""
+    if a is None or b is None:
+        return [], []
+    names: list[str] = []
+    layers: list[str] = []
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x == y:
+            continue
+        meta = variables[index] if index < len(variables) else {"name": f"#{index}", "layer": "?"}
+        names.append(meta.get("name", f"#{index}"))
+        if meta.get("layer") not in layers:
+            layers.append(meta.get("layer"))
+    return names, layers
+
+
+@dataclass
+class Comparison:
+    """The verdict on two traces. ``identical`` is True only for complete, comparable, equal runs."""
+
+    a: str | None
+    b: str | None
+    comparable: bool
+    identical: bool
+    divergence: Divergence | None = None
+    records_compared: int = 0
+    mismatch: list[str] = field(default_factory=list)
+    environment: list[EnvDifference] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def expected(self) -> bool:
+        """True when the environments differ in a way known to break bitwise reproducibility."""
+        return any(d.breaks_bitwise for d in self.environment)
+
+    @property
+    def verdict(self) -> str:
+        if not self.comparable:
+            return "not comparable"
+        return "identical" if self.identical else "diverged"
+
+    def __str__(self) -> str:
+        lines = [f"{self.verdict}: {self.a} vs {self.b} ({self.records_compared} records compared)"]
+        lines += [f"  model mismatch: {m}" for m in self.mismatch]
+        if self.divergence is not None:
+            lines.append(f"  first divergence: {self.divergence}")
+        lines += [f"  note: {n}" for n in self.notes]
+        breaking = [d for d in self.environment if d.breaks_bitwise]
+        if breaking:
+            lines.append("  a difference was to be expected; the environments differ:")
+            lines += [f"    {d}" for d in breaking]
+        return "\n".join(lines)
+
+
+def _load(trace: Trace | PathLike) -> Trace:
+    return trace if isinstance(trace, Trace) else read_trace(trace, strict=False)
+
+
+def compare(a: Trace | PathLike, b: Trace | PathLike) -> Comparison:
+    """Compare two traces (paths or ``Trace`` objects) record by record, exactly.
+
+    Reports the first divergence (where, what, which layers, the loss difference), the
+    environment differences and whether they explain it. A corrupt or truncated trace is compared
+    up to its corruption, which is named in ``notes``. Raises FileNotFoundError / TraceError only
+    for a file that is missing or not a trace at all.
+    """
+    ta, tb = _load(a), _load(b)
+    result = Comparison(ta.path, tb.path, comparable=True, identical=False)
+    result.environment = environment_diff(ta.header.get("environment") or {}, tb.header.get("environment") or {})
+    result.mismatch = model_mismatch(ta.variables, tb.variables)
+    if result.mismatch:
+        result.comparable = False
+        return result
+    for trace, label in ((ta, "A"), (tb, "B")):
+        if trace.error is not None:
+            result.notes.append(f"trace {label} is unreadable from {trace.error}; compared the records before it")
+        elif not trace.complete:
+            result.notes.append(f"trace {label} has no end record (the run stopped or crashed before train end)")
+    for ra, rb in zip(ta.records, tb.records):
+        divergence = find_difference(ta.variables, ra, rb)
+        result.records_compared += 1
+        if divergence is not None:
+            result.divergence = divergence
+            return result
+    if len(ta.records) != len(tb.records):
+        shorter, longer = ("A", "B") if len(ta.records) < len(tb.records) else ("B", "A")
+        last = (ta.records or tb.records)[min(len(ta.records), len(tb.records)) - 1] if result.records_compared else {}
+        result.divergence = Divergence(
+            "length", last.get("epoch"), last.get("batch"), last.get("step"), ("length",),
+            detail=f"run {shorter} has {min(len(ta), len(tb))} records, run {longer} {max(len(ta), len(tb))}: "
+                   f"identical up to where {shorter} stops",
+        )
+        return result
+    result.identical = ta.error is None and tb.error is None and ta.complete and tb.complete
+    return result

@@ -1,0 +1,172 @@
+"""``tfrepro.environment()``: a JSON-serialisable fingerprint of everything that changes results.
+
+Bitwise reproducibility needs the same hardware, the same software stack and the same thread
+counts. ``environment_diff`` lists how two fingerprints differ and flags the differences known to
+break bitwise reproducibility.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfrepro import _tf
+
+_ENV_PATTERN = re.compile(r"^(TF_|XLA_|OMP_|MKL_|KMP_|CUDA_VISIBLE_DEVICES$|PYTHONHASHSEED$|CUBLAS_|NVIDIA_TF32)")
+
+
+def _cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _nvidia_driver() -> str | None:
+    version_file = Path("/proc/driver/nvidia/version")
+    if version_file.exists():
+        match = re.search(r"Kernel Module\s+(\S+)", version_file.read_text(errors="replace"))
+        if match:
+            return match.group(1)
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=10, check=False,
+            ).stdout.strip()
+            return out.splitlines()[0] if out else None
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    return None
+
+
+def _tensorflow_part() -> dict[str, Any]:
+    tf = _tf.import_tf()
+    build = {k: (v if isinstance(v, (str, int, float, bool)) or v is None else str(v))
+             for k, v in dict(tf.sysconfig.get_build_info()).items()}
+    gpus = []
+    for device in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(device)
+        capability = details.get("compute_capability")
+        gpus.append({
+            "name": details.get("device_name", device.name),
+            "compute_capability": ".".join(map(str, capability)) if capability else None,
+        })
+    threading = tf.config.threading
+    return {
+        "version": tf.__version__,
+        "build_info": build,
+        "gpus": gpus,
+        "intra_op_threads": threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": threading.get_inter_op_parallelism_threads(),
+        "op_determinism": _tf.op_determinism_enabled(),
+    }
+
+
+def environment() -> dict[str, Any]:
+    """Fingerprint this process: Python, OS, CPU, library versions, CUDA/cuDNN build, GPUs and
+    driver, determinism-relevant environment variables, thread pools, oneDNN and op determinism.
+
+    Imports TensorFlow if it is installed (call it after ``patch``). The result is plain JSON data.
+    """
+    import numpy as np
+
+    keras = _tf.keras_info()
+    tf_installed = _tf.installed_tf_version() is not None
+    return {
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "os": f"{platform.system()} {platform.release()}",
+        "machine": platform.machine(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "numpy": np.__version__,
+        "keras": _tf.distribution_version("keras", "keras-nightly"),
+        "tf_keras": _tf.distribution_version("tf-keras", "tf_keras", "tf-keras-nightly"),
+        "tf.keras": keras.describe(),
+        "tensorflow": _tensorflow_part() if tf_installed else None,
+        "nvidia_driver": _nvidia_driver(),
+        "onednn": _tf.onednn(),
+        "env": {k: v for k, v in sorted(os.environ.items()) if _ENV_PATTERN.match(k)},
+    }
+
+
+# Keys whose difference is known to change bits, with the reason; matched by prefix.
+_BREAKING = {
+    "tensorflow.version": "a different TensorFlow version can select different kernels",
+    "tensorflow.build_info": "a different CUDA/cuDNN build selects different GPU kernels",
+    "tensorflow.gpus": "different GPUs run different kernels and reduction orders",
+    "tensorflow.intra_op_threads": "CPU results depend on the thread-pool sizes",
+    "tensorflow.inter_op_threads": "CPU results depend on the thread-pool sizes",
+    "tensorflow.op_determinism": "op determinism was on in one run only",
+    "cpu": "CPU numerics depend on the instruction set the kernels dispatch to",
+    "cpu_count": "default thread-pool sizes follow the core count",
+    "onednn": "oneDNN changes CPU numerics",
+    "nvidia_driver": "a different driver can change cuBLAS/cuDNN kernel selection",
+    "keras": "a different Keras can build, seed or train differently",
+    "tf_keras": "a different Keras can build, seed or train differently",
+    "tf.keras": "a different Keras can build, seed or train differently",
+    "numpy": "a different NumPy can draw different random numbers or round differently",
+    "machine": "a different architecture runs different kernels",
+    "env.TF_DETERMINISTIC_OPS": "a determinism switch differs",
+    "env.TF_CUDNN_DETERMINISTIC": "a determinism switch differs",
+    "env.TF_ENABLE_ONEDNN_OPTS": "oneDNN changes CPU numerics",
+    "env.PYTHONHASHSEED": "set and dict iteration order differs",
+    "env.XLA_FLAGS": "XLA flags change compiled kernels",
+    "env.TF_XLA_FLAGS": "XLA flags change compiled kernels",
+    "env.CUDA_VISIBLE_DEVICES": "a different set of GPUs is used",
+    "env.OMP_NUM_THREADS": "CPU results depend on thread counts",
+    "env.NVIDIA_TF32_OVERRIDE": "TF32 changes matmul precision",
+}
+
+
+@dataclass(frozen=True)
+class EnvDifference:
+    """One difference between two environment fingerprints."""
+
+    key: str
+    a: Any
+    b: Any
+    breaks_bitwise: bool
+    why: str = ""
+
+    def __str__(self) -> str:
+        flag = "breaks bitwise reproducibility" if self.breaks_bitwise else "informational"
+        return f"{self.key}: {self.a!r} != {self.b!r} ({flag}{': ' + self.why if self.why else ''})"
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: value}
+
+
+def environment_diff(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDifference]:
+    """Differences between two ``environment()`` fingerprints, sorted by key.
+
+    ``breaks_bitwise`` marks differences known to break bitwise reproducibility (another GPU,
+    CUDA/cuDNN, TF, CPU, thread count, oneDNN, determinism switch...); the rest are informational.
+    """
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        raise TypeError("environment_diff expects two dicts returned by tfrepro.environment()")
+    flat_a, flat_b = _flatten(a), _flatten(b)
+    diffs = []
+    for key in sorted(set(flat_a) | set(flat_b)):
+        va, vb = flat_a.get(key), flat_b.get(key)
+        if va == vb:
+            continue
+        why = next((reason for prefix, reason in _BREAKING.items()
+                    if key == prefix or key.startswith(prefix + ".")), "")
+        diffs.append(EnvDifference(key, va, vb, bool(why), why))
+    return diffs
