@@ -5,7 +5,7 @@ import doctest
 import pytest
 
 
-@pytest.mark.parametrize("module_name", ["tfrepro.determinism.seeding", "tfrepro.proof.callback"])
+@pytest.mark.parametrize("module_name", ["tfrepro.determinism.seeding", "tfrepro.proof.callback", "tfrepro.proof.fingerprints"])
 def test_docstring_examples(module_name, keras):
     import importlib
 

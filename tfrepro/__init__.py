@@ -24,6 +24,7 @@ from tfrepro.determinism.seeding import derive_seed, rng_state, seed_everything,
 from tfrepro.errors import DivergenceError, NotComparableError, ReproducibilityWarning
 from tfrepro.proof.comparison import Comparison, Divergence, compare
 from tfrepro.proof.environment_info import EnvDifference, environment, environment_diff
+from tfrepro.proof.fingerprints import fingerprint
 from tfrepro.proof.traces import Trace, TraceError, read_trace
 from tfrepro.proof.verification import Verification, verify
 
@@ -46,6 +47,7 @@ __all__ = [
     "enable_determinism",
     "environment",
     "environment_diff",
+    "fingerprint",
     "layers",
     "ops",
     "patch",

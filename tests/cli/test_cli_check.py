@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from tfrepro.examples import datasets
-from tfrepro.proof.traces import TraceWriter, float_bits
+from tfrepro.proof.traces import VERSION, TraceWriter, float_bits
 
 from conftest import SCRIPTS, clean_env, run_tfrepro
 
@@ -14,11 +14,15 @@ pytestmark = pytest.mark.keras
 
 def test_check_passes_an_unmodified_script_and_keeps_the_traces(tmp_path):
     out = tmp_path / "out"
+    for run in ("run-0", "run-1"):  # an earlier check in the same folder, whose script fitted twice
+        (out / run).mkdir(parents=True)
+        _trace(out / run / "fit-1.jsonl", [0.5])
     proc = run_tfrepro("check", "--runs", "2", "--seed", "3", "--out", str(out), "--",
                        sys.executable, str(SCRIPTS / "unmodified.py"))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert "identical" in proc.stdout
+    assert "identical: 2 runs x 1 Model.fit call(s)" in proc.stdout  # the earlier fits are not compared
     assert (out / "run-0" / "fit-0.jsonl").is_file() and (out / "run-1" / "fit-0.jsonl").is_file()
+    assert not (out / "run-0" / "fit-1.jsonl").exists()
     assert "set order" in (out / "run-1" / "stdout.log").read_text()
 
 
@@ -46,7 +50,7 @@ def test_check_reports_a_script_that_never_fits_or_fails(tmp_path):
 
 
 def _trace(path, losses, shape=(2, 1)):
-    header = {"type": "header", "format": "tfrepro-trace", "version": 1, "environment": {},
+    header = {"type": "header", "format": "tfrepro-trace", "version": VERSION, "environment": {},
               "model": {"layers": ["d"], "variables": [{"name": "d/kernel", "layer": "d", "shape": list(shape),
                                                         "dtype": "float32"}]}}
     with TraceWriter(path) as writer:

@@ -58,6 +58,52 @@ def test_patched_context_manager_and_alias():
     assert report["seeds"].value == "seeded with 6"
 
 
+def test_nested_patched_restores_the_outer_patch_and_the_rng_streams(monkeypatch):
+    import random
+
+    import tensorflow as tf
+
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    tfrepro.patch(1, ops=["bias_add"])
+    bias_add = tf.nn.bias_add
+    assert bias_add.__module__ == "tfrepro.ops.nn" and state.active_ops() == ("bias_add",)
+    expected = random.Random()
+    expected.setstate(random.getstate())
+    with tfrepro.patched(2):
+        assert state.active_seed() == 2 and state.active_ops() == () and os.environ["PYTHONHASHSEED"] == "2"
+        assert tf.nn.bias_add is not bias_add
+        random.random()
+    assert state.active_seed() == 1 and state.active_ops() == ("bias_add",)
+    assert tf.nn.bias_add is bias_add and os.environ["PYTHONHASHSEED"] == "1"
+    assert _tf.op_determinism_enabled() is True
+    assert random.random() == expected.random()  # the block's draws are undone too
+    tfrepro.unpatch()
+    assert "PYTHONHASHSEED" not in os.environ and _tf.op_determinism_enabled() is False
+    assert tf.nn.bias_add.__module__ != "tfrepro.ops.nn"
+
+
+@pytest.mark.parametrize("outer", [None, 1])
+def test_a_patch_that_fails_midway_leaves_nothing_behind(monkeypatch, outer):
+    import tensorflow as tf
+
+    from tfrepro.determinism import seeding
+
+    monkeypatch.setenv("PYTHONHASHSEED", "99")
+    if outer is not None:
+        tfrepro.patch(outer, ops=["gather"])
+    before = (dict(os.environ), _tf.op_determinism_enabled(), tf.nn.bias_add, tf.gather, state.active_ops())
+
+    def broken(seed):
+        raise RuntimeError("seeding failed")
+
+    monkeypatch.setattr(seeding, "seed_everything", broken)
+    with pytest.raises(RuntimeError, match="seeding failed"):
+        tfrepro.patch(2, ops=["bias_add"], onednn=False)  # env, determinism and ops are applied by then
+    after = (dict(os.environ), _tf.op_determinism_enabled(), tf.nn.bias_add, tf.gather, state.active_ops())
+    assert after == before
+    assert state.active_seed() == outer
+
+
 def test_patch_prints_nothing(capsys):
     tfrepro.patch(1)
     assert capsys.readouterr() == ("", "")

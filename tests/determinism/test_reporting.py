@@ -64,6 +64,20 @@ def test_environment_diff_flags_what_breaks_bitwise_reproducibility():
         environment_diff(a, "not a fingerprint")
 
 
+def test_environment_records_tensorflows_variables_by_name_and_the_hash_seed_in_effect(monkeypatch):
+    from tfrepro.determinism import state
+
+    monkeypatch.setenv("TF_CLI_CONFIG_FILE", "/home/u/.terraformrc")  # Terraform's, not TensorFlow's
+    monkeypatch.setenv("TF_CUDNN_USE_AUTOTUNE", "0")
+    env = tfrepro.environment()
+    assert "TF_CLI_CONFIG_FILE" not in env["env"] and env["env"]["TF_CUDNN_USE_AUTOTUNE"] == "0"
+    assert env["python_hash_seed"] == state.STARTUP_HASHSEED and "PYTHONHASHSEED" not in env["env"]
+    tfrepro.patch(42)
+    at_42 = tfrepro.environment()
+    tfrepro.patch(43)  # sets PYTHONHASHSEED=43 for subprocesses; this interpreter's hash seed is unchanged
+    assert not [d for d in environment_diff(at_42, tfrepro.environment()) if "hash" in d.key.lower()]
+
+
 def test_env_and_status_commands():
     proc = run_tfrepro("env", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -45,6 +45,23 @@ def test_unlaunchable_commands_raise_launch_error(command, message):
         bootstrap_command(command)
 
 
+def test_options_that_merely_contain_e_or_i_are_passed_on(script):
+    py = sys.executable
+    assert bootstrap_command([py, "-Werror::ImportWarning", script]) == [py, "-Werror::ImportWarning", *BOOT, script]
+    assert bootstrap_command([py, "-X", "importtime", script]) == [py, "-X", "importtime", *BOOT, script]
+
+
+@pytest.mark.parametrize("flag, value", [("-E", "5"), ("-I", "5")])
+def test_a_hash_seed_the_interpreter_ignored_is_never_claimed(flag, value):
+    code = "from tfrepro.determinism import reporting, state; print(state.STARTUP_HASHSEED, '|', reporting.status()['PYTHONHASHSEED'])"
+    proc = subprocess.run([sys.executable, flag, "-c", code], env=clean_env(PYTHONHASHSEED=value),
+                          capture_output=True, text=True, check=True)
+    assert proc.stdout.startswith("None | [!!] PYTHONHASHSEED: ignored (python -E or -I)")
+    plain = subprocess.run([sys.executable, "-c", code], env=clean_env(PYTHONHASHSEED=value),
+                           capture_output=True, text=True, check=True)
+    assert plain.stdout.startswith("5 | [ok] PYTHONHASHSEED: 5")  # the control: honoured when not ignored
+
+
 def test_child_env_sets_what_must_precede_interpreter_start():
     env = LaunchConfig(seed=9, threads=2, onednn=False).to_env(base={"TF_DETERMINISTIC_OPS": "0"})
     assert env["PYTHONHASHSEED"] == "9" and env["TF_DETERMINISTIC_OPS"] == "1"

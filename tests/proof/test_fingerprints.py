@@ -52,3 +52,115 @@ def test_variable_fingerprinter_matches_and_tracks_assignments():
     after = fingerprinter()
     assert after[0] != before[0] and after[1] == before[1]
     assert fingerprints.combine(after) != fingerprints.combine(before)
+
+
+# --- The structured changes that cancelled in the earlier, linear fingerprint ------------------------
+
+def _linear_fingerprint(array: np.ndarray) -> tuple[int, int]:
+    """The earlier design (two linear sums of 32-bit words modulo 2**32), kept as the negative control."""
+    words = array.view(np.uint32).astype(np.uint64).ravel()
+    index = np.arange(words.size, dtype=np.uint64)
+    weyl = ((index * 0x9E3779B9 + 0x9E3779B9) | 1) & 0xFFFFFFFF
+    return int((words * (2 * index + 1)).sum() % 2**32), int((words * weyl).sum() % 2**32)
+
+
+def _flip_sign(array: np.ndarray, positions) -> np.ndarray:
+    changed = array.copy()
+    changed[list(positions)] *= -1
+    return changed
+
+
+def test_pairs_of_sign_flips_cancelled_in_the_linear_sums_and_are_seen_now():
+    array = np.random.default_rng(1).normal(size=64).astype(np.float32)
+    flipped = _flip_sign(array, (3, 40))
+    assert _linear_fingerprint(flipped) == _linear_fingerprint(array)  # the hole, reproduced
+    assert fingerprints.fingerprint(flipped) != fingerprints.fingerprint(array)
+
+
+STRUCTURED = {
+    "sign flips in pairs": lambda a, rng: _flip_sign(a, rng.choice(a.size, 2, replace=False)),
+    "sign flips in fours": lambda a, rng: _flip_sign(a, rng.choice(a.size, 4, replace=False)),
+    "top bit of several words": lambda a, rng: _xor_words(a, rng.choice(a.size, rng.integers(2, 9), replace=False),
+                                                         0x80000000),
+    "swap of two elements": lambda a, rng: _swap(a, *rng.choice(a.size, 2, replace=False)),
+    "the same bit in two words": lambda a, rng: _xor_words(a, rng.choice(a.size, 2, replace=False),
+                                                          1 << int(rng.integers(0, 32))),
+}
+
+
+def _xor_words(array: np.ndarray, positions, mask: int) -> np.ndarray:
+    words = array.view(np.uint32).copy()
+    words[list(positions)] ^= np.uint32(mask)
+    return words.view(array.dtype)
+
+
+def _swap(array: np.ndarray, i: int, j: int) -> np.ndarray:
+    changed = array.copy()
+    changed[[i, j]] = changed[[j, i]]
+    return changed
+
+
+@pytest.mark.parametrize("family", sorted(STRUCTURED))
+def test_structured_perturbations_change_the_fingerprint(family):
+    rng = np.random.default_rng(7)
+    array = rng.normal(size=257).astype(np.float32)
+    original = fingerprints.fingerprint(array)
+    for _ in range(200):
+        changed = STRUCTURED[family](array, rng)
+        if changed.tobytes() != array.tobytes():
+            assert fingerprints.fingerprint(changed) != original
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_one_ulp_change_at_every_position_is_seen(dtype):
+    np_dtype = _as_numpy_dtype(dtype)
+    rng = np.random.default_rng(3)
+    array = (rng.normal(size=40) * 50).astype(np_dtype)
+    original = fingerprints.fingerprint(tf.constant(array, dtype=dtype))
+    seen = set()
+    for position in range(array.size):
+        changed = array.copy()
+        if np.issubdtype(np_dtype, np.integer):
+            changed[position] = changed[position] + np_dtype(1)
+        else:
+            as_float = changed.astype(np.float64)
+            changed[position] = np.nextafter(changed[position], np_dtype(np.inf)) if dtype != "bfloat16" else \
+                np_dtype(as_float[position] * (1 + 2**-7) + 2**-20)
+        assert changed.tobytes() != array.tobytes()
+        seen.add(fingerprints.fingerprint(tf.constant(changed, dtype=dtype)))
+    assert original not in seen and len(seen) == array.size
+
+
+def test_int64_high_words_and_float64_halves_are_seen():
+    array = np.arange(-20, 20, dtype=np.int64) * 1_000_003
+    original = fingerprints.fingerprint(array)
+    for position in (0, 17, 39):
+        for delta in (1 << 32, -(1 << 32), 1 << 62, (1 << 32) + 1):
+            changed = array.copy()
+            changed[position] += np.int64(delta)
+            assert fingerprints.fingerprint(changed) != original
+    doubles = np.linspace(-3, 3, 33)
+    words = doubles.view(np.uint32).copy()
+    words[[4, 5]] ^= np.uint32(0x80000000)  # the top bit of both halves of one element
+    assert fingerprints.fingerprint(words.view(np.float64)) != fingerprints.fingerprint(doubles)
+
+
+def test_thousands_of_random_perturbations_are_all_seen():
+    rng = np.random.default_rng(11)
+    array = rng.normal(size=128).astype(np.float32)
+    seen = {fingerprints.fingerprint(array)}
+    for _ in range(3000):
+        changed = array.view(np.uint32).copy()
+        positions = rng.choice(array.size, int(rng.integers(1, 9)), replace=False)
+        changed[positions] ^= rng.integers(1, 2**32, size=positions.size, dtype=np.uint64).astype(np.uint32)
+        seen.add(fingerprints.fingerprint(changed.view(np.float32)))
+    assert len(seen) == 3001  # each perturbation gave a fingerprint of its own
+
+
+def test_the_fused_and_unfused_computations_give_the_same_fingerprints():
+    variables = [tf.Variable(np.random.default_rng(0).normal(size=(300, 7))), tf.Variable([True, False]),
+                 tf.Variable(np.arange(5, dtype=np.uint8))]
+    fused = fingerprints.VariableFingerprinter(variables)
+    unfused = fingerprints.VariableFingerprinter(variables)
+    unfused._compute = unfused._unfused
+    assert fused() == unfused() == [fingerprints.fingerprint(v) for v in variables]

@@ -103,3 +103,41 @@ def test_traces_of_different_models_are_not_comparable(tmp_path):
     comparison = tfrepro.compare(a, b)
     assert not comparison.comparable and comparison.verdict == "not comparable"
     assert "shape [2, 1] vs [3, 1]" in comparison.mismatch[0]
+
+
+def _with_seed(path, seed, records):
+    header = dict(HEADER, seed=seed)
+    with TraceWriter(path) as writer:
+        for record in [header, *records]:
+            writer.write(record)
+    return path
+
+
+def test_different_seeds_are_said_plainly_and_make_a_difference_expected(tmp_path):
+    end = {"type": "end", "weights": ["00" * 16]}
+    a = _with_seed(tmp_path / "a.jsonl", 42, [batch(0, 0.5), end])
+    b = _with_seed(tmp_path / "b.jsonl", 43, [batch(0, 0.25), end])
+    comparison = tfrepro.compare(a, b)
+    assert comparison.different_seeds == "A ran with seed 42, B with seed 43" and comparison.expected
+    assert "different seeds: A ran with seed 42, B with seed 43" in str(comparison)
+    assert not tfrepro.compare(a, _with_seed(tmp_path / "c.jsonl", 42, [batch(0, 0.25), end])).expected  # control
+
+
+def test_a_cut_trace_is_named_as_cut_not_as_a_length_difference(tmp_path):
+    full = write(tmp_path / "full.jsonl", [batch(step) for step in range(12)] + [{"type": "end", "weights": ["00" * 16]}])
+    cut = write(tmp_path / "cut.jsonl", [batch(step) for step in range(9)])  # no end record: the run stopped
+    divergence = tfrepro.compare(full, cut).divergence
+    assert divergence.kind == "length"
+    assert divergence.detail == ("trace B ends after step 8 (the run crashed or the file was cut); identical up to "
+                                 "there")
+    shorter = write(tmp_path / "shorter.jsonl", [batch(0), {"type": "end", "weights": ["00" * 16]}])
+    longer = write(tmp_path / "longer.jsonl", [batch(0), batch(1), {"type": "end", "weights": ["00" * 16]}])
+    assert "ended here" in tfrepro.compare(shorter, longer).divergence.detail  # a complete, shorter run
+
+
+def test_a_folder_given_as_a_trace_is_named_as_a_folder(tmp_path):
+    (tmp_path / "run-0").mkdir()
+    write(tmp_path / "run-0" / "fit-0.jsonl", [batch(0)])
+    with pytest.raises(IsADirectoryError, match=r"is a directory, not a trace file; the traces in it include "
+                                                r"run-0/fit-0\.jsonl"):
+        read_trace(tmp_path)

@@ -124,7 +124,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     try:
         comparison = compare(args.a, args.b)
-    except (FileNotFoundError, TraceError) as exc:
+    except (OSError, TraceError) as exc:
         return _fail(str(exc))
     rendering.console().print(rendering.comparison_view(comparison))
     if not comparison.comparable:

@@ -39,14 +39,18 @@ def comparison_view(comparison: Comparison) -> Group:
     table.add_row("verdict", Text(comparison.verdict, style=_VERDICT_STYLE[comparison.verdict]))
     table.add_row("runs", f"A = {comparison.a}\nB = {comparison.b}")
     table.add_row("records compared", str(comparison.records_compared))
+    if comparison.different_seeds:
+        table.add_row("different seeds", Text(f"{comparison.different_seeds}: a difference is expected",
+                                              style="yellow"))
     for m in comparison.mismatch:
         table.add_row("model mismatch", m)
     if comparison.divergence is not None:
         d = comparison.divergence
         table.add_row("first divergence", d.where)
-        table.add_row("differs", ", ".join(d.quantities) or d.detail)
-        if d.detail:
-            table.add_row("detail", d.detail)
+        if d.kind in ("length", "schedule"):
+            table.add_row("what happened", d.detail)
+        else:
+            table.add_row("differs", ", ".join(d.quantities))
         if d.layers:
             table.add_row("layers (model order)", ", ".join(d.layers))
         if d.loss_a is not None:

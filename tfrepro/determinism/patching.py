@@ -58,32 +58,22 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     late = _late_findings(onednn=onednn, ops=bool(op_names))
     _warn_about_user_env()
 
-    applied = state.active()
-    if applied is None:
-        applied = state.PatchState(seed)
-        applied.enabled_op_determinism = not _op_determinism_was_on()
-    applied.seed = seed
-    plan = switches.plan_for(_tf.installed_tf_version())
-    env = dict(plan.env, PYTHONHASHSEED=str(seed))
+    outer_config = _active_config()
+    if outer_config is None:
+        state.set_active(state.PatchState(seed, enabled_op_determinism=not _op_determinism_was_on()))
+    env = dict(switches.plan_for(_tf.installed_tf_version()).env, PYTHONHASHSEED=str(seed))
     if onednn is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
-    for name, value in env.items():
-        applied.saved_env.setdefault(name, os.environ.get(name))
-        os.environ[name] = value
-
-    tf = _tf.import_tf()
-    if threads is not None:
-        late += _set_threads(tf, threads)
-    if plan.call_enable_op_determinism and not _tf.op_determinism_enabled():
-        tf.config.experimental.enable_op_determinism()
-    _replace_ops(applied, op_names)
-    seeding.seed_everything(seed)
-    if applied.undo_keras_jit is None:
-        applied.undo_keras_jit = _guard_keras_auto_jit()
-    state.set_active(applied)
+    try:  # all or nothing: on any error, what this call changed is undone before the error propagates
+        late += _apply(seed, env, op_names, threads)
+        seeding.seed_everything(seed)
+    except BaseException:
+        _restore(outer_config)
+        raise
 
     if state.STARTUP_HASHSEED != str(seed):
-        was = "not set" if state.STARTUP_HASHSEED is None else f"{state.STARTUP_HASHSEED!r}"
+        was = f"{state.STARTUP_HASHSEED!r}" if state.STARTUP_HASHSEED is not None else (
+            "ignored (python -E or -I)" if state.HASHSEED_IGNORED else "not set")
         warnings.warn(
             f"PYTHONHASHSEED was {was} when this interpreter started, not {seed}: set and dict-of-str "
             "iteration order may differ between runs. It cannot change inside a running interpreter; "
@@ -98,6 +88,41 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
             stacklevel=2,
         )
     return reporting.status()
+
+
+def _apply(seed: int, env: dict[str, str], op_names: tuple[str, ...], threads: int | None = None) -> list[str]:
+    """Apply a patch configuration to the active state (which ``unpatch`` can undo at any point)."""
+    applied = state.active()
+    applied.seed = seed
+    for name, value in env.items():
+        applied.saved_env.setdefault(name, os.environ.get(name))
+        os.environ[name] = applied.env[name] = value
+    tf = _tf.import_tf()
+    late = [] if threads is None else _set_threads(tf, threads)
+    if switches.plan_for(_tf.installed_tf_version()).call_enable_op_determinism and not _tf.op_determinism_enabled():
+        tf.config.experimental.enable_op_determinism()
+    _replace_ops(applied, op_names)
+    if applied.undo_keras_jit is None:
+        applied.undo_keras_jit = _guard_keras_auto_jit()
+    return late
+
+
+_Config = tuple[int, dict[str, str], tuple[str, ...]]  # (seed, env, ops) of a patch
+
+
+def _active_config() -> _Config | None:
+    active = state.active()
+    return None if active is None else (active.seed, dict(active.env), active.ops)
+
+
+def _restore(config: _Config | None) -> None:
+    """Return to the patch configuration ``(seed, env, ops)`` of an earlier ``state.active()``, or to
+    unpatched for None, without reseeding anything."""
+    unpatch()
+    if config is not None:
+        seed, env, op_names = config
+        state.set_active(state.PatchState(seed, enabled_op_determinism=not _op_determinism_was_on()))
+        _apply(seed, env, op_names)
 
 
 def enable_determinism(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
@@ -138,17 +163,17 @@ def unpatch() -> reporting.Report:
 @contextlib.contextmanager
 def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
             ops: bool | Sequence[str] = False) -> Iterator[reporting.Report]:
-    """``patch`` for the duration of a ``with`` block, then ``unpatch`` (for tests).
-
-    If a patch was already active on entry, it stays active on exit.
-    """
-    was_patched = state.active() is not None
+    """``patch`` for the duration of a ``with`` block (for tests), then back to exactly what was there
+    before: unpatched, or the earlier patch with its seed, environment and replaced ops; and every
+    RNG that ``rng_state()`` captures where it was on entry."""
+    outer_config = _active_config()
+    rngs = seeding.rng_state()
     report = patch(seed, threads=threads, onednn=onednn, ops=ops)
     try:
         yield report
     finally:
-        if not was_patched:
-            unpatch()
+        _restore(outer_config)
+        seeding.set_rng_state(rngs)
 
 
 def _replace_ops(applied: state.PatchState, op_names: tuple[str, ...]) -> None:

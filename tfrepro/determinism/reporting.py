@@ -98,7 +98,8 @@ def status() -> Report:
 
     hashseed = state.STARTUP_HASHSEED
     if hashseed is None:
-        settings.append(Setting("PYTHONHASHSEED", "not set", False,
+        value = "ignored (python -E or -I)" if state.HASHSEED_IGNORED else "not set"
+        settings.append(Setting("PYTHONHASHSEED", value, False,
                                 "set and dict iteration order may differ between runs; use `tfrepro run`"))
     elif seed is not None and hashseed != str(seed):
         settings.append(Setting("PYTHONHASHSEED", hashseed, None,

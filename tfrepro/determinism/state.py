@@ -4,12 +4,25 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# PYTHONHASHSEED is read once, when the interpreter starts; this is the value it started with
-# (tfrepro is imported long before anything could change os.environ for the same purpose).
-STARTUP_HASHSEED = os.environ.get("PYTHONHASHSEED")
+
+
+def _startup_hashseed() -> str | None:
+    """The hash seed this interpreter runs with: ``PYTHONHASHSEED`` as Python read it at start-up, or
+    None when hashing is randomised (unset, "random", or ignored under ``python -E``/``-I``).
+    Python reads it once, before any code runs; tfrepro is imported long before anything could
+    change ``os.environ`` for the same purpose."""
+    value = os.environ.get("PYTHONHASHSEED")
+    if value is None or value == "random" or sys.flags.ignore_environment:
+        return None
+    return value
+
+
+STARTUP_HASHSEED = _startup_hashseed()
+HASHSEED_IGNORED = sys.flags.ignore_environment and "PYTHONHASHSEED" in os.environ
 
 
 @dataclass
@@ -17,7 +30,8 @@ class PatchState:
     """What the active patch changed, so that ``unpatch`` can undo it."""
 
     seed: int
-    saved_env: dict[str, str | None] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # what patch() wrote (cumulative over calls)
+    saved_env: dict[str, str | None] = field(default_factory=dict)  # their values before the first patch()
     ops: tuple[str, ...] = ()
     undo_ops: Callable[[], None] | None = None
     enabled_op_determinism: bool = False  # it was off before patch(), so unpatch() turns it off

@@ -51,8 +51,11 @@ class CheckResult:
 
 
 def run_once(command: list[str], config: LaunchConfig, directory: Path, index: int) -> RunOutcome:
-    """Run the command once in a fresh interpreter, its output and traces kept in ``directory``."""
+    """Run the command once in a fresh interpreter, its output and traces kept in ``directory``
+    (whose files from an earlier check are removed first: they would be compared as this run's)."""
     directory.mkdir(parents=True, exist_ok=True)
+    for stale in [*directory.glob("fit-*.jsonl"), directory / "stdout.log", directory / "stderr.log"]:
+        stale.unlink(missing_ok=True)
     env = dataclasses.replace(config, trace_dir=str(directory)).to_env()
     with (directory / "stdout.log").open("wb") as out, (directory / "stderr.log").open("wb") as err:
         child = subprocess.Popen(command, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)

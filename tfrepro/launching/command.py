@@ -42,6 +42,7 @@ def bootstrap_command(command: list[str]) -> list[str]:
             return [head, *options, "-m", BOOTSTRAP, flag, command[index + 1], *command[index + 2:]]
         if arg == "-" or not arg.startswith("-"):
             break
+        _refuse_environment_blind(head, arg)
         options.append(arg)
         if arg in _OPTIONS_WITH_VALUE and index + 1 < len(command):
             options.append(command[index + 1])
@@ -50,6 +51,20 @@ def bootstrap_command(command: list[str]) -> list[str]:
     if index >= len(command) or command[index] == "-":
         raise LaunchError(f"no script given to {head}; tfrepro cannot run an interactive interpreter or stdin")
     return [head, *options, "-m", BOOTSTRAP, _existing_script(command[index]), *command[index + 1:]]
+
+
+def _refuse_environment_blind(head: str, option: str) -> None:
+    """``-E`` and ``-I`` make Python ignore PYTHONHASHSEED (and the TF variables tfrepro sets), so
+    hash order would change from run to run, silently."""
+    if option.startswith("--"):
+        return
+    for letter in option[1:]:
+        if letter in "WX":  # the rest is that option's value (`-Werror`)
+            return
+        if letter in "EI":
+            raise LaunchError(f"`{head} {option}`: -{letter} makes Python ignore PYTHONHASHSEED and the "
+                              "determinism variables that tfrepro sets before it starts, so runs could differ; "
+                              f"drop -{letter}")
 
 
 def _existing_script(path: str) -> str:

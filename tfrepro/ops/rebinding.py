@@ -102,35 +102,39 @@ def rebind(names: Iterable[str]) -> Callable[[], None]:
     saved: list[tuple[Any, str, Any]] = []
     views: dict[tuple[int, str], dict[str, Any]] = {}
     owners: dict[tuple[int, str], Any] = {}
-    for name in names:
-        replacement, targets = TABLE[name]
-        bound = 0
-        for target in _with_compat_v2(targets):
-            try:
-                owner, attribute = _owner(target)
-                current = getattr(owner, attribute.split(".")[0])
-            except (AttributeError, ImportError):
-                continue  # not in this TensorFlow version
-            bound += 1
-            if "." in attribute:  # an op seen through a generated-op module global
-                module_global, op = attribute.split(".")
-                key = (id(owner), module_global)
-                owners[key] = owner
-                views.setdefault(key, {})[op] = replacement
-                continue
-            saved.append((owner, attribute, current))
-            setattr(owner, attribute, replacement)
-        if not bound:
-            warnings.warn(f"tfrepro.patch(ops=...): this TensorFlow has none of the names of {name}; "
-                          "it is not replaced", ReproducibilityWarning, stacklevel=3)
-    for key, overrides in views.items():
-        owner, module_global = owners[key], key[1]
-        original = getattr(owner, module_global)
-        saved.append((owner, module_global, original))
-        setattr(owner, module_global, _ModuleView(original, overrides))
 
     def undo() -> None:
         for owner, attribute, original in reversed(saved):
             setattr(owner, attribute, original)
 
+    try:  # all or nothing
+        for name in names:
+            replacement, targets = TABLE[name]
+            bound = 0
+            for target in _with_compat_v2(targets):
+                try:
+                    owner, attribute = _owner(target)
+                    current = getattr(owner, attribute.split(".")[0])
+                except (AttributeError, ImportError):
+                    continue  # not in this TensorFlow version
+                bound += 1
+                if "." in attribute:  # an op seen through a generated-op module global
+                    module_global, op = attribute.split(".")
+                    key = (id(owner), module_global)
+                    owners[key] = owner
+                    views.setdefault(key, {})[op] = replacement
+                    continue
+                saved.append((owner, attribute, current))
+                setattr(owner, attribute, replacement)
+            if not bound:
+                warnings.warn(f"tfrepro.patch(ops=...): this TensorFlow has none of the names of {name}; "
+                              "it is not replaced", ReproducibilityWarning, stacklevel=3)
+        for key, overrides in views.items():
+            owner, module_global = owners[key], key[1]
+            original = getattr(owner, module_global)
+            saved.append((owner, module_global, original))
+            setattr(owner, module_global, _ModuleView(original, overrides))
+    except BaseException:
+        undo()
+        raise
     return undo

@@ -30,8 +30,8 @@ class ReproducibilityCallback(keras.callbacks.Callback):
 
     Per batch it records the epoch, batch index, and Keras's batch logs (running means over the
     epoch so far) as exact float64 bits, plus a fingerprint of every weight variable, computed
-    on the device (only 16 bytes per variable reach the host). Any single-bit change in any
-    weight changes its fingerprint. At epoch end it records the epoch logs (validation metrics
+    on the device (8 bytes per variable reach the host). Any change to a single element of a
+    weight changes its fingerprint (see ``tfrepro.fingerprint``). At epoch end it records the epoch logs (validation metrics
     included) and per-layer fingerprints; at train end the final per-variable fingerprints.
 
     Args:
@@ -139,12 +139,16 @@ class ReproducibilityCallback(keras.callbacks.Callback):
     def on_train_end(self, logs: dict | None = None) -> None:
         if self._recorder.started:
             self._compare(self._recorder.end(self._step))
+        self._finish()
+
+    # internals -----------------------------------------------------------------------------------
+
+    def _finish(self) -> None:
+        """Close the trace and restore the optimizer: at train end, and before raising out of ``fit``."""
         self._recorder.close()
         if self._gradient_hook is not None:
             self._gradient_hook.remove()
             self._gradient_hook = None
-
-    # internals -----------------------------------------------------------------------------------
 
     def _start(self) -> None:
         self._recorder.start(self.model)
@@ -159,7 +163,7 @@ class ReproducibilityCallback(keras.callbacks.Callback):
             return
         self.divergence = divergence
         if self.on_divergence == "raise":
-            self._recorder.close()
+            self._finish()  # Keras skips on_train_end when a callback raises
             raise DivergenceError(divergence)
         message = f"run diverged from the reference at {divergence}"
         if self.on_divergence == "stop":

@@ -145,11 +145,24 @@ class Comparison:
     mismatch: list[str] = field(default_factory=list)
     environment: list[EnvDifference] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    seeds: tuple[int | None, int | None] = (None, None)  # each run's tfrepro.patch seed, from its header
+
+    @property
+    def different_seeds(self) -> str:
+        """"A ran with seed 42, B with 43" when the runs were patched with different seeds; else empty."""
+        a, b = self.seeds
+        if a == b:
+            return ""
+        def name(seed: int | None) -> str:
+            return "no tfrepro seed" if seed is None else f"seed {seed}"
+
+        return f"A ran with {name(a)}, B with {name(b)}"
 
     @property
     def expected(self) -> bool:
-        """True when the environments differ in a way known to break bitwise reproducibility."""
-        return any(d.breaks_bitwise for d in self.environment)
+        """True when a difference was to be expected: the runs had different seeds, or their
+        environments differ in a way known to break bitwise reproducibility."""
+        return bool(self.different_seeds) or any(d.breaks_bitwise for d in self.environment)
 
     @property
     def verdict(self) -> str:
@@ -159,6 +172,8 @@ class Comparison:
 
     def __str__(self) -> str:
         lines = [f"{self.verdict}: {self.a} vs {self.b} ({self.records_compared} records compared)"]
+        if self.different_seeds:
+            lines.append(f"  different seeds: {self.different_seeds}; runs with different seeds are expected to differ")
         lines += [f"  model mismatch: {m}" for m in self.mismatch]
         if self.divergence is not None:
             lines.append(f"  first divergence: {self.divergence}")
@@ -179,11 +194,12 @@ def compare(a: Trace | PathLike, b: Trace | PathLike) -> Comparison:
 
     Reports the first divergence (where, what, which layers, the loss difference), the
     environment differences and whether they explain it. A corrupt or truncated trace is compared
-    up to its corruption, which is named in ``notes``. Raises FileNotFoundError / TraceError only
-    for a file that is missing or not a trace at all.
+    up to its corruption, which is named in ``notes``. Raises OSError (FileNotFoundError,
+    IsADirectoryError) or TraceError only for a path that is missing, a folder, or not a trace at all.
     """
     ta, tb = _load(a), _load(b)
-    result = Comparison(ta.path, tb.path, comparable=True, identical=False)
+    result = Comparison(ta.path, tb.path, comparable=True, identical=False,
+                        seeds=(ta.header.get("seed"), tb.header.get("seed")))
     result.environment = environment_diff(ta.header.get("environment") or {}, tb.header.get("environment") or {})
     result.mismatch = model_mismatch(ta.variables, tb.variables)
     if result.mismatch:
@@ -201,13 +217,16 @@ def compare(a: Trace | PathLike, b: Trace | PathLike) -> Comparison:
             result.divergence = divergence
             return result
     if len(ta.records) != len(tb.records):
-        shorter, longer = ("A", "B") if len(ta.records) < len(tb.records) else ("B", "A")
-        last = (ta.records or tb.records)[min(len(ta.records), len(tb.records)) - 1] if result.records_compared else {}
-        result.divergence = Divergence(
-            "length", last.get("epoch"), last.get("batch"), last.get("step"), ("length",),
-            detail=f"run {shorter} has {min(len(ta), len(tb))} records, run {longer} {max(len(ta), len(tb))}: "
-                   f"identical up to where {shorter} stops",
-        )
+        (shorter, short), (longer, long_) = sorted((("A", ta), ("B", tb)), key=lambda pair: len(pair[1]))
+        last = short.records[-1] if short.records else {}
+        if short.complete:
+            detail = (f"run {shorter} has {len(short)} records, run {longer} {len(long_)}: identical up to where "
+                      f"{shorter} stops")
+        else:
+            where = f"after step {last['step']}" if "step" in last else "before its first record"
+            detail = f"trace {shorter} ends {where} (the run crashed or the file was cut); identical up to there"
+        result.divergence = Divergence("length", last.get("epoch"), last.get("batch"), last.get("step"), ("length",),
+                                       detail=detail)
         return result
     result.identical = ta.error is None and tb.error is None and ta.complete and tb.complete
     return result

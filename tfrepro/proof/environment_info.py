@@ -17,8 +17,36 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro import _tf
+from tfrepro.determinism import state
 
-_ENV_PATTERN = re.compile(r"^(TF_|XLA_|OMP_|MKL_|KMP_|CUDA_VISIBLE_DEVICES$|PYTHONHASHSEED$|CUBLAS_|NVIDIA_TF32)")
+# The environment variables recorded, by name: those that TensorFlow, XLA, CUDA and the CPU math
+# libraries read and that can change results, with where each is documented. Anything else, even
+# when it starts with TF_ (TF_CLI_CONFIG_FILE is Terraform's), is not recorded.
+RECORDED_VARIABLES: dict[str, str] = {
+    "TF_DETERMINISTIC_OPS": "TF 2.1-2.7 release notes; the initial op-determinism state since 2.8",
+    "TF_CUDNN_DETERMINISTIC": "TF 1.14 release notes",
+    "TF_CUDNN_USE_FRONTEND": "TF #53771 (cuDNN frontend algorithm selection, 2.5-2.7)",
+    "TF_CUDNN_USE_AUTOTUNE": "tensorflow/core/util/use_cudnn.cc",
+    "TF_CUDNN_WORKSPACE_LIMIT_IN_MB": "tensorflow/core/kernels/conv_ops_gpu.cc (limits the cuDNN algorithms)",
+    "TF_ENABLE_ONEDNN_OPTS": "TF 2.5 release notes; on by default on Linux x86 since 2.9",
+    "TF_USE_LEGACY_KERAS": "TF 2.16 release notes (tf.keras is Keras 2)",
+    "TF_ENABLE_AUTO_MIXED_PRECISION": "TF mixed-precision graph rewrite (changes numerics)",
+    "TF_XLA_FLAGS": "XLA documentation (tf_xla_auto_jit and friends)",
+    "XLA_FLAGS": "XLA documentation (compiler options, e.g. --xla_gpu_deterministic_ops)",
+    "TF_NUM_INTRAOP_THREADS": "tensorflow/core/common_runtime/process_util.cc",
+    "TF_NUM_INTEROP_THREADS": "tensorflow/core/common_runtime/process_util.cc",
+    "TF_DISABLE_SEGMENT_REDUCTION_OP_DETERMINISM_EXCEPTIONS": "TF 2.5/2.6 release notes",
+    "TF_DISABLE_SPARSE_SOFTMAX_XENT_WITH_LOGITS_OP_DETERMINISM_EXCEPTIONS": "TF 2.6 release notes",
+    "TF_DISABLE_DEPTHWISE_CONV_DETERMINISM_EXCEPTIONS": "TF 2.9 release notes",
+    "CUDA_VISIBLE_DEVICES": "CUDA documentation (which GPUs are used)",
+    "NVIDIA_TF32_OVERRIDE": "NVIDIA documentation (TF32 matmul precision)",
+    "CUBLAS_WORKSPACE_CONFIG": "cuBLAS documentation (reproducibility of cuBLAS results)",
+    "OMP_NUM_THREADS": "OpenMP (CPU thread counts)",
+    "MKL_NUM_THREADS": "oneMKL (CPU thread counts)",
+    "KMP_AFFINITY": "Intel OpenMP runtime",
+    "KMP_BLOCKTIME": "Intel OpenMP runtime",
+    "KERAS_BACKEND": "Keras 3 documentation (the backend in use)",
+}
 
 
 def _cpu_model() -> str:
@@ -95,7 +123,8 @@ def environment() -> dict[str, Any]:
         "tensorflow": _tensorflow_part() if tf_installed else None,
         "nvidia_driver": _nvidia_driver(),
         "onednn": _tf.onednn(),
-        "env": {k: v for k, v in sorted(os.environ.items()) if _ENV_PATTERN.match(k)},
+        "python_hash_seed": state.STARTUP_HASHSEED,
+        "env": {name: os.environ[name] for name in sorted(RECORDED_VARIABLES) if name in os.environ},
     }
 
 
@@ -119,7 +148,7 @@ _BREAKING = {
     "env.TF_DETERMINISTIC_OPS": "a determinism switch differs",
     "env.TF_CUDNN_DETERMINISTIC": "a determinism switch differs",
     "env.TF_ENABLE_ONEDNN_OPTS": "oneDNN changes CPU numerics",
-    "env.PYTHONHASHSEED": "set and dict iteration order differs",
+    "python_hash_seed": "set and dict iteration order differs",
     "env.XLA_FLAGS": "XLA flags change compiled kernels",
     "env.TF_XLA_FLAGS": "XLA flags change compiled kernels",
     "env.CUDA_VISIBLE_DEVICES": "a different set of GPUs is used",

@@ -22,6 +22,8 @@ class GradientHook:
         self._optimizer = optimizer
         self._prints: Any = None  # tf.Variable [n_variables, 2] int32, written by the train step
         tf = _tf.import_tf()
+        if getattr(optimizer.__dict__.get("apply_gradients"), "tfrepro_hook", False):
+            del optimizer.apply_gradients  # left by a fit that ended without on_train_end (an exception)
         original = optimizer.apply_gradients
 
         def apply_gradients(grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
@@ -38,6 +40,7 @@ class GradientHook:
             self._prints.assign(prints)
             return original(pairs, *args, **kwargs)
 
+        apply_gradients.tfrepro_hook = True
         optimizer.apply_gradients = apply_gradients
         model.train_function = None  # retrace so that the train step calls the wrapper
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 FORMAT = "tfrepro-trace"
-VERSION = 1
+VERSION = 2  # 2: fingerprints are two keyed, mixed 32-bit lanes
 RECORD_TYPES = ("header", "batch", "epoch", "end")
 PathLike = str | os.PathLike
 
@@ -135,6 +135,10 @@ def read_trace(path: PathLike, *, strict: bool = True) -> Trace:
     with ``strict=False`` the records before it are returned with the error in ``Trace.error``.
     A file that is missing, empty or not a tfrepro trace always raises."""
     path = Path(path)
+    if path.is_dir():
+        inside = sorted(str(p.relative_to(path)) for p in path.rglob("*.jsonl"))[:3]
+        hint = f"; the traces in it include {', '.join(inside)}" if inside else "; it holds no .jsonl traces"
+        raise IsADirectoryError(f"{path} is a directory, not a trace file{hint}")
     if not path.is_file():
         raise FileNotFoundError(f"trace not found: {path}")
     header: dict[str, Any] | None = None
