@@ -39,10 +39,14 @@ def test_check_reports_a_script_that_never_fits_or_fails(tmp_path):
     proc = run_tfrepro("check", "--out", str(tmp_path / "a"), "--", sys.executable, str(no_fit))
     assert proc.returncode == 2 and "never called Model.fit" in proc.stdout
     failing = tmp_path / "failing.py"
-    failing.write_text("raise RuntimeError('boom in training')\n")
-    proc = run_tfrepro("check", "--out", str(tmp_path / "b"), "--", sys.executable, str(failing))
+    failing.write_text("import tensorflow as tf\n\ntf.constant(1)\nraise RuntimeError('boom in training')\n")
+    noisy = {k: v for k, v in clean_env().items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # TF's start-up log on
+    proc = run_tfrepro("check", "--out", str(tmp_path / "b"), "--", sys.executable, str(failing), env=noisy)
     assert proc.returncode == 2 and "failed with exit code 1" in proc.stdout
-    assert "boom in training" in proc.stdout  # the tail of the run's stderr
+    # the user's error, from its own line, without TF's banner or tfrepro's and runpy's frames
+    assert "boom in training" in proc.stdout and 'failing.py", line 4, in <module>' in proc.stdout
+    assert "bootstrap.py" not in proc.stdout and "runpy" not in proc.stdout and "oneDNN" not in proc.stdout
+    assert "oneDNN" in (tmp_path / "b" / "run-0" / "stderr.log").read_text()  # the log keeps everything
     proc = run_tfrepro("check", "--runs", "1", "--", sys.executable, str(failing))
     assert proc.returncode == 2 and "at least 2" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_tfrepro("demo", "--epochs", "0")

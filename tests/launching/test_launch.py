@@ -3,6 +3,7 @@
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from tfrepro.launching.config import ENV_NAMES, LaunchConfig
 from conftest import SCRIPTS, clean_env, run_tfrepro
 
 pytestmark = pytest.mark.core
-BOOT = ["-m", BOOTSTRAP]
+BOOT = ["-c", BOOTSTRAP]
 
 
 @pytest.fixture
@@ -93,12 +94,33 @@ def test_stale_protocol_variables_never_leak_into_the_child():
     (["run", "--seed", "abc", "--", sys.executable, "-c", "1"], "invalid int value"),
     (["run", "--onednn", "maybe", "--", sys.executable, "-c", "1"], "expected on or off"),
     (["frobnicate"], "invalid choice"),
+    (["check"], "no command given; usage: tfrepro check [options] -- python train.py"),
+    (["check", "--runs", "1", "--", sys.executable, "-c", "1"], "--runs must be at least 2"),
+    (["demo", "--bogus"], "unrecognized arguments: --bogus (see `tfrepro demo --help`)"),
+    (["compare", "a.jsonl"], "the following arguments are required: b (see `tfrepro compare --help`)"),
 ])
-def test_user_errors_exit_2_with_one_clear_line_and_no_traceback(args, message):
-    proc = run_tfrepro(*args)
+def test_user_errors_exit_2_with_one_clear_line_and_no_traceback(args, message, tmp_path):
+    proc = run_tfrepro(*args, env=clean_env(TMPDIR=str(tmp_path)))
     assert proc.returncode == 2
     assert message in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""  # one line, nothing else
+    assert not list(tmp_path.iterdir())  # validated before any temporary folder is made
+
+
+def test_the_launcher_is_not_shadowed_by_a_tfrepro_folder_in_the_working_directory(tmp_path):
+    """From a clone's parent folder, `tfrepro` there is the clone, which Python would import first
+    as a namespace package; the child must still get the installed tfrepro."""
+    (tmp_path / "tfrepro").mkdir()
+    (tmp_path / "tfrepro" / "README.md").write_text("a clone\n")
+    (tmp_path / "mymodule.py").write_text("import tfrepro\nprint('module', tfrepro.patch.__module__)\n")
+    launcher = Path(sys.executable).with_name("tfrepro")
+    code = "import sys, tfrepro; print('code', tfrepro.patch.__module__, repr(sys.path[0]))"
+    for command, expected in ([sys.executable, "-c", code], "code tfrepro.determinism.patching ''"), \
+                             ([sys.executable, "-m", "mymodule"], "module tfrepro.determinism.patching"):
+        proc = subprocess.run([str(launcher), "run", "--", *command], cwd=tmp_path, env=clean_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.strip().splitlines()[-1] == expected
 
 
 def test_exit_code_and_arguments_pass_through(tmp_path):

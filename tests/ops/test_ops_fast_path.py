@@ -53,10 +53,9 @@ def chunk_elements(count: int):
         _exact_sum.CHUNK_ELEMENTS = saved
 
 
-@settings(max_examples=60, deadline=None)
-@given(n=st.integers(0, 300), k=st.integers(1, 6), segments=st.integers(1, 9), span=st.sampled_from([0, 8, 24, 60, 120]),
-       chunk=st.sampled_from([1, 7, 64, 1 << 20]), seed=st.integers(0, 2**32 - 1))
-def test_fast_path_equals_the_canonical_sum_whenever_it_is_exact(n, k, segments, span, chunk, seed):
+def _fast_equals_canonical(n, k, segments, span, chunk, seed) -> bool:
+    """The op equals the canonical sum bit for bit, also permuted; when the fast path's check passed,
+    so does the fast path's own result. Returns whether it passed."""
     rng = np.random.default_rng(seed)
     data = (rng.standard_normal((n, k)) * np.exp2(rng.integers(-span, span + 1, (n, k)))).astype(np.float32)
     data[rng.random((n, k)) < 0.1] = 0.0
@@ -72,6 +71,22 @@ def test_fast_path_equals_the_canonical_sum_whenever_it_is_exact(n, k, segments,
         assert bits(result) == bits(expected)
     if span == 0:
         assert exact  # Gaussian magnitudes span far less than the 2**29 a 300-row segment allows
+    return bool(exact)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 300), k=st.integers(1, 6), segments=st.integers(1, 9), span=st.sampled_from([0, 8, 24, 60, 120]),
+       chunk=st.sampled_from([1, 7, 64, 1 << 20]), seed=st.integers(0, 2**32 - 1))
+def test_fast_path_equals_the_canonical_sum_whenever_it_is_exact(n, k, segments, span, chunk, seed):
+    _fast_equals_canonical(n, k, segments, span, chunk, seed)
+
+
+def test_both_branches_of_the_fast_path_check_are_exercised():
+    """The property above compares the fast result only when the check passed: here a fixed grid
+    shows that both outcomes occur, so neither branch of it goes untested."""
+    outcomes = [_fast_equals_canonical(200, 4, 3, span, chunk, seed)
+                for span in (0, 120) for chunk in (7, 1 << 20) for seed in range(4)]
+    assert outcomes.count(True) >= 8 and outcomes.count(False) >= 4, outcomes
 
 
 def test_the_check_rejects_a_segment_whose_magnitudes_span_too_far_negative_control():

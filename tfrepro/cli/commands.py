@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but every error is one line and exit code 2, never a traceback."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n(see `{self.prog} --help`)\n")
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _fail(message: str) -> int:
@@ -54,7 +54,10 @@ def _add_launch_options(parser: argparse.ArgumentParser) -> None:
 
 def _command(args: argparse.Namespace) -> list[str]:
     command = list(args.command)
-    return command[1:] if command[:1] == ["--"] else command
+    command = command[1:] if command[:1] == ["--"] else command
+    if not command:
+        raise LaunchError(f"no command given; usage: tfrepro {args.cmd} [options] -- python train.py [args...]")
+    return command
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -90,7 +93,7 @@ def cmd_env(args: argparse.Namespace) -> int:
         return ExitCode.OK
     from tfrepro.cli import rendering
 
-    rendering.console().print(rendering.environment_view(env))
+    rendering.show(rendering.environment_view(env), json.dumps(env, indent=2, sort_keys=True))
     return ExitCode.OK
 
 
@@ -103,7 +106,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return ExitCode.OK
     from tfrepro.cli import rendering
 
-    rendering.console().print(rendering.report_table(report))
+    rendering.show(rendering.report_table(report), str(report))
     return ExitCode.OK
 
 
@@ -126,7 +129,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comparison = compare(args.a, args.b)
     except (OSError, TraceError) as exc:
         return _fail(str(exc))
-    rendering.console().print(rendering.comparison_view(comparison))
+    rendering.show(rendering.comparison_view(comparison), str(comparison))
     if not comparison.comparable:
         return ExitCode.USAGE
     return ExitCode.OK if comparison.identical else ExitCode.DIVERGED
@@ -145,7 +148,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops,
                           patch=not args.no_patch, gradients=args.gradients)
     command = _command(args)
-    bootstrap_command(command)  # fail fast on a bad command
+    bootstrap_command(command)  # fail fast on a bad command, before any folder is made
+    if args.runs < 2:
+        raise LaunchError(f"--runs must be at least 2 to compare runs; got {args.runs}")
     out = _out_dir(args.out, "tfrepro-check-")
     result = rendering.with_progress(f"tfrepro check: {args.runs} runs", args.runs,
                                      lambda on_run: check(command, runs=args.runs, config=config, out=out,
@@ -186,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "variables set before the interpreter starts, and tfrepro.patch() "
                                      "applied before the script's first line. Exit code: the script's.")
     _add_launch_options(run)
-    run.set_defaults(func=cmd_run)
+    run.set_defaults(func=cmd_run, parser=run)
 
     check = sub.add_parser("check", help="run a script N times and name the first divergence",
                            description="Run an unmodified script N times in fresh interpreters (as "
@@ -197,13 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-patch", action="store_true", help="run without tfrepro.patch (negative control)")
     check.add_argument("--gradients", action="store_true", help="also compare every applied gradient")
     _add_launch_options(check)
-    check.set_defaults(func=cmd_check)
+    check.set_defaults(func=cmd_check, parser=check)
 
     compare = sub.add_parser("compare", help="compare two traces exactly",
                              description="Exit 0 identical, 1 diverged, 2 unusable input or not comparable.")
     compare.add_argument("a", help="trace file (JSON Lines)")
     compare.add_argument("b", help="trace file (JSON Lines)")
-    compare.set_defaults(func=cmd_compare)
+    compare.set_defaults(func=cmd_compare, parser=compare)
 
     demo = sub.add_parser("demo", help="train the Keras MNIST CNN twice and show the runs match",
                           description="Trains the classic Keras MNIST CNN twice in fresh processes with "
@@ -216,21 +221,23 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--offline", action="store_true", help="never try to download MNIST")
     demo.add_argument("--no-patch", action="store_true", help="train without tfrepro (shows the problem)")
     demo.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder)")
-    demo.set_defaults(func=cmd_demo)
+    demo.set_defaults(func=cmd_demo, parser=demo)
 
     env = sub.add_parser("env", help="print this machine's environment fingerprint")
     env.add_argument("--json", action="store_true", help="machine-readable JSON")
-    env.set_defaults(func=cmd_env)
+    env.set_defaults(func=cmd_env, parser=env)
 
     status = sub.add_parser("status", help="print which determinism settings are in place in a fresh process")
     status.add_argument("--json", action="store_true", help="machine-readable JSON")
-    status.set_defaults(func=cmd_status)
+    status.set_defaults(func=cmd_status, parser=status)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # reported by the command's own parser, so that the hint names its --help
+        (getattr(args, "parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.cmd is None:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE

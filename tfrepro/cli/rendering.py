@@ -1,5 +1,6 @@
 """Everything the ``tfrepro`` command prints: status reports, comparisons, check and demo results,
-progress. Rich tables on the console; library objects keep their plain-text ``str()``."""
+progress. On a terminal: rich tables and a progress bar. In a pipe or a log file: plain text, never
+cut or wrapped (the library objects' own ``str()``), and no progress display."""
 
 from __future__ import annotations
 
@@ -22,7 +23,18 @@ _VERDICT_STYLE = {"identical": "bold green", "diverged": "bold red", "not compar
 
 
 def console() -> Console:
-    return Console()
+    out = Console()
+    out.soft_wrap = not out.is_terminal  # in a pipe, lines stay whole
+    return out
+
+
+def show(terminal: Any, plain: str) -> None:
+    """Print ``terminal`` (a rich renderable) on a terminal, else the plain text."""
+    out = console()
+    if out.is_terminal:
+        out.print(terminal)
+    else:
+        out.print(plain, markup=False, highlight=False)
 
 
 def report_table(report: Report) -> Table:
@@ -77,9 +89,11 @@ def environment_view(env: dict[str, Any]) -> Pretty:
 
 
 def with_progress(label: str, runs: int, work: Callable[[Callable[[int], None]], T]) -> T:
-    """Run ``work(on_run)`` under a progress bar that advances once per finished run."""
+    """Run ``work(on_run)`` under a progress bar that advances once per finished run (on a terminal)."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    if not console().is_terminal:
+        return work(lambda index: None)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
     with Progress(*columns, console=console(), transient=True) as progress:
@@ -105,7 +119,7 @@ def print_check(result: CheckResult, out: Path) -> None:
     first = comparison.first_divergence
     if first is not None:
         out_console.print(Text.assemble(("diverged:", "bold red"), f" run {first.run} vs run 0, Model.fit call {first.fit}"))
-        out_console.print(comparison_view(first.comparison))
+        show(comparison_view(first.comparison), str(first.comparison))
     if comparison.identical:
         records = comparison.comparisons[0].records_compared if comparison.comparisons else 0
         out_console.print(Text.assemble(("identical:", "bold green"),
@@ -119,7 +133,9 @@ def print_demo_losses(losses: list[list[float]]) -> None:
     table = Table(title="training loss per epoch (exact)")
     for column in ("epoch", "run 0", "run 1", "same bits"):
         table.add_column(column)
+    plain = ["training loss per epoch (exact):"]
     for epoch, (a, b) in enumerate(zip(*losses)):
         same = a.hex() == b.hex()
         table.add_row(str(epoch), repr(a), repr(b), Text("yes", style="green") if same else Text("no", style="red"))
-    console().print(table)
+        plain.append(f"  epoch {epoch}: run 0 {a!r}, run 1 {b!r}, same bits: {'yes' if same else 'no'}")
+    show(table, "\n".join(plain))

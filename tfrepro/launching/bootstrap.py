@@ -1,8 +1,8 @@
 """The child side of ``tfrepro run``/``check``: apply ``tfrepro.patch``, then run the user's script,
 module or code string as ``__main__``.
 
-Usage: ``python -m tfrepro.launching.bootstrap (SCRIPT | --module NAME | --code CODE) [ARGS...]``,
-configured by the environment that ``LaunchConfig.to_env`` wrote. With a trace folder set (``tfrepro
+Started as ``python -c tfrepro.launching.command.BOOTSTRAP (SCRIPT | --module NAME | --code CODE)
+[ARGS...]``, configured by the environment that ``LaunchConfig.to_env`` wrote. With a trace folder set (``tfrepro
 check``) every ``Model.fit`` writes a trace there.
 """
 
@@ -12,13 +12,14 @@ import contextlib
 import os
 import runpy
 import sys
+from types import TracebackType
 
 from tfrepro.launching.config import LaunchConfig
 
 
 def main(argv: list[str]) -> None:
     if not argv:
-        raise SystemExit("usage: python -m tfrepro.launching.bootstrap (SCRIPT | --module NAME | --code CODE) [ARGS...]")
+        raise SystemExit("usage: python -c BOOTSTRAP (SCRIPT | --module NAME | --code CODE) [ARGS...]")
     config = LaunchConfig.from_env()
     if config.patch:
         from tfrepro.determinism.patching import patch
@@ -31,20 +32,40 @@ def main(argv: list[str]) -> None:
     else:
         recording = contextlib.nullcontext()
     with recording:
-        _run(argv)
+        try:
+            _run(argv)
+        except Exception:  # SystemExit and KeyboardInterrupt are not Exceptions: they pass through as they are
+            kind, error, traceback = sys.exc_info()
+            traceback = _user_frames(traceback)
+            sys.excepthook(kind, error.with_traceback(traceback), traceback)
+            sys.exit(1)  # what Python returns for an uncaught exception
+
+
+def _user_frames(traceback: TracebackType | None) -> TracebackType | None:
+    """The traceback without the frames of this bootstrap and runpy in front of the user's code."""
+    while traceback is not None and traceback.tb_frame.f_globals.get("__name__") in (__name__, runpy.__name__):
+        traceback = traceback.tb_next
+    return traceback
 
 
 def _run(argv: list[str]) -> None:
+    """Run the user's command with the sys.argv and sys.path[0] that Python gives it."""
+    safe_path = getattr(sys.flags, "safe_path", False)  # python -P: nothing is put first
     if argv[0] == "--module":
         sys.argv = [argv[1], *argv[2:]]
+        if not safe_path:
+            sys.path.insert(0, os.getcwd())
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     elif argv[0] == "--code":
         sys.argv = ["-c", *argv[2:]]
+        if not safe_path:
+            sys.path.insert(0, "")
         exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
     else:
         script = argv[0]
         sys.argv = [script, *argv[1:]]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        if not safe_path:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
         runpy.run_path(script, run_name="__main__")
 
 

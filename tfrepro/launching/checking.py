@@ -8,6 +8,7 @@ Each run is launched like ``tfrepro run`` (or without the patch, as a negative c
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,11 @@ from tfrepro.errors import LaunchError
 from tfrepro.launching.command import bootstrap_command
 from tfrepro.launching.config import LaunchConfig
 from tfrepro.proof.runs import RunsComparison, compare_runs
+
+
+# TensorFlow's own start-up logging (absl/glog format, and the instruction-set notice).
+_TF_LOG_LINE = re.compile(r"[IWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: All log messages before absl::"
+                          r"|To enable the following instructions: |WARNING:tensorflow:")
 
 
 @dataclass
@@ -29,8 +35,9 @@ class RunOutcome:
     traces: list[Path]
 
     def stderr_tail(self, lines: int = 25) -> str:
+        """The end of the run's stderr without TensorFlow's start-up log lines (stderr.log keeps all)."""
         text = (self.directory / "stderr.log").read_text(errors="replace")
-        return "\n".join(text.rstrip().splitlines()[-lines:])
+        return "\n".join([line for line in text.rstrip().splitlines() if not _TF_LOG_LINE.match(line)][-lines:])
 
     def stdout(self) -> str:
         return (self.directory / "stdout.log").read_text(errors="replace")

@@ -10,7 +10,12 @@ from pathlib import Path
 
 from tfrepro.errors import LaunchError
 
-BOOTSTRAP = "tfrepro.launching.bootstrap"
+# The child starts as `python -c BOOTSTRAP ARGS`. Python puts the working directory first on sys.path
+# for -c; a folder there named tfrepro (the parent of a clone) would then shadow the installed
+# package, so the bootstrap drops that entry before importing tfrepro, and sets sys.path[0] the
+# way the user's own command would have (see bootstrap.main).
+BOOTSTRAP = ("import sys; getattr(sys.flags, 'safe_path', False) or sys.path.pop(0); "
+             "from tfrepro.launching.bootstrap import main; main(sys.argv[1:])")
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
 # Interpreter options that take a separate value (`-W error`, `-X dev`).
 _OPTIONS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
@@ -20,10 +25,10 @@ def bootstrap_command(command: list[str]) -> list[str]:
     """Rewrite ``python [opts] script.py args`` / ``python -m mod args`` / ``python -c code`` /
     ``script.py args`` so that it runs through the bootstrap. Raises LaunchError for anything else."""
     if not command:
-        raise LaunchError("no command given; usage: tfrepro run [options] -- python train.py [args...]")
+        raise LaunchError("no command given: tfrepro runs Python commands, e.g. `python train.py [args...]`")
     head = command[0]
     if head.endswith(".py"):
-        return [sys.executable, "-m", BOOTSTRAP, _existing_script(head), *command[1:]]
+        return [sys.executable, "-c", BOOTSTRAP, _existing_script(head), *command[1:]]
     if not _PYTHON_NAME.match(Path(head).name):
         raise LaunchError(
             f"{head!r} is not a Python interpreter or a .py script; tfrepro runs Python commands: "
@@ -39,7 +44,7 @@ def bootstrap_command(command: list[str]) -> list[str]:
             if index + 1 >= len(command):
                 raise LaunchError(f"`{head} {arg}` needs an argument")
             flag = "--module" if arg == "-m" else "--code"
-            return [head, *options, "-m", BOOTSTRAP, flag, command[index + 1], *command[index + 2:]]
+            return [head, *options, "-c", BOOTSTRAP, flag, command[index + 1], *command[index + 2:]]
         if arg == "-" or not arg.startswith("-"):
             break
         _refuse_environment_blind(head, arg)
@@ -50,7 +55,7 @@ def bootstrap_command(command: list[str]) -> list[str]:
         index += 1
     if index >= len(command) or command[index] == "-":
         raise LaunchError(f"no script given to {head}; tfrepro cannot run an interactive interpreter or stdin")
-    return [head, *options, "-m", BOOTSTRAP, _existing_script(command[index]), *command[index + 1:]]
+    return [head, *options, "-c", BOOTSTRAP, _existing_script(command[index]), *command[index + 1:]]
 
 
 def _refuse_environment_blind(head: str, option: str) -> None:
