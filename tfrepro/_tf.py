@@ -148,8 +148,10 @@ def keras_module() -> ModuleType:
 
 
 def loaded_kerases() -> list[ModuleType]:
-    """Keras modules already imported in this process (``keras`` and/or ``tf_keras``)."""
-    return [sys.modules[name] for name in ("keras", "tf_keras") if name in sys.modules]
+    """Keras modules imported in this process (``keras`` and/or ``tf_keras``), not counting one that
+    is still being imported (Keras 3 imports TensorFlow halfway through its own import)."""
+    modules = [sys.modules[name] for name in ("keras", "tf_keras") if name in sys.modules]
+    return [m for m in modules if not getattr(getattr(m, "__spec__", None), "_initializing", False)]
 
 
 def keras_major(keras: ModuleType) -> int:

@@ -1,4 +1,7 @@
-"""Exceptions and warning categories raised by tfrepro."""
+"""Exceptions and warning categories raised by tfrepro, and ``warn``, which names the user's line."""
+
+import sys
+import warnings
 
 
 class ReproducibilityWarning(UserWarning):
@@ -28,3 +31,17 @@ class NotComparableError(ValueError):
 class LaunchError(ValueError):
     """A command cannot be launched as given (``tfrepro run``/``check``): a user error that the CLI
     reports in one line with exit code 2."""
+
+
+# Frames of these packages are skipped when a warning names its line: the user's call site is the
+# first frame outside them (a `with tfrepro.patched():`, a `model.fit(...)`, a `tfrepro.verify(...)`).
+_LIBRARY_PREFIXES = ("tfrepro", "contextlib", "keras", "tf_keras", "tensorflow", "runpy")
+
+
+def warn(message: str, category: type[Warning] = ReproducibilityWarning) -> None:
+    """``warnings.warn`` attributed to the user's line: the first frame outside tfrepro and the
+    libraries it is called through (the outermost frame when all are library frames)."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _LIBRARY_PREFIXES:
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level + 1)

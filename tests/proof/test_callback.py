@@ -112,6 +112,30 @@ def test_deterministic_training_verifies_identical(keras):
     tfrepro.testing.assert_reproducible(train)
 
 
+def test_warnings_name_the_users_line_and_a_second_verify_is_not_called_late(keras, monkeypatch):
+    import warnings
+
+    from tfrepro.determinism import state
+
+    monkeypatch.setattr(state, "STARTUP_HASHSEED", None)  # so that patch() warns about PYTHONHASHSEED
+
+    def train():
+        model = small_model(keras)
+        model.fit(X, Y, batch_size=32, epochs=1, verbose=0)
+
+    for _ in range(2):  # the second verify follows models built by the first
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tfrepro.verify(train, runs=2)
+        ours = [w for w in caught if issubclass(w.category, tfrepro.ReproducibilityWarning)]
+        assert [w.filename for w in ours] == [__file__]  # the hash-seed warning, at this file's verify() line
+        assert not [w for w in ours if "called late" in str(w.message)]
+    with pytest.warns(tfrepro.ReproducibilityWarning, match="PYTHONHASHSEED") as caught:
+        with tfrepro.patched(3):
+            pass
+    assert caught[0].filename == __file__
+
+
 def test_assert_reproducible_shows_the_first_divergence(keras):
     grad_layer, _ = make_layers(keras, tf)
     with pytest.raises(AssertionError, match=r"epoch 0, batch 0 .*weights differ first in: middle"):

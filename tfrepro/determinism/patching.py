@@ -10,12 +10,11 @@ import contextlib
 import importlib
 import logging
 import os
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 from tfrepro import _tf
 from tfrepro.determinism import reporting, seeding, state, switches
-from tfrepro.errors import ReproducibilityWarning
+from tfrepro.errors import warn
 from tfrepro.ops.selection import select_ops
 
 log = logging.getLogger("tfrepro")
@@ -46,6 +45,16 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     Guarantee: same seed, same hardware, same software stack and same thread counts give
     bit-identical training for models whose ops TF can run deterministically (others raise).
     """
+    return apply_patch(seed, threads=threads, onednn=onednn, ops=ops)
+
+
+def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
+                ops: bool | Sequence[str] = False, warn_late_seeding: bool = True,
+                host_rngs: bool = True) -> reporting.Report:
+    """``patch``, for tfrepro's own callers. ``warn_late_seeding=False``: the caller clears the Keras
+    session and reseeds before building anything (``verify``), so what ran before cannot matter.
+    ``host_rngs=False``: Python's and NumPy's RNGs are left as they are (the launcher seeded them
+    before the script's first line, and applies the rest when the script imports TensorFlow)."""
     seed = seeding.validate_seed(seed)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive int or None; got {threads!r}")
@@ -55,7 +64,7 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     if _tf.installed_tf_version() is None:
         _tf.import_tf()  # raises ImportError with the install command
 
-    late = _late_findings(onednn=onednn, ops=bool(op_names))
+    late = _late_findings(onednn=onednn, ops=bool(op_names), seeding_too=warn_late_seeding)
     _warn_about_user_env()
 
     outer_config = _active_config()
@@ -66,7 +75,10 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
     try:  # all or nothing: on any error, what this call changed is undone before the error propagates
         late += _apply(seed, env, op_names, threads)
-        seeding.seed_everything(seed)
+        if host_rngs:
+            seeding.seed_everything(seed)
+        else:
+            seeding.seed_frameworks(seed)
     except BaseException:
         _restore(outer_config)
         raise
@@ -74,19 +86,11 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     if state.STARTUP_HASHSEED != str(seed):
         was = f"{state.STARTUP_HASHSEED!r}" if state.STARTUP_HASHSEED is not None else (
             "ignored (python -E or -I)" if state.HASHSEED_IGNORED else "not set")
-        warnings.warn(
-            f"PYTHONHASHSEED was {was} when this interpreter started, not {seed}: set and dict-of-str "
-            "iteration order may differ between runs. It cannot change inside a running interpreter; "
-            f"launch with `tfrepro run --seed {seed} -- python your_script.py`.",
-            ReproducibilityWarning,
-            stacklevel=2,
-        )
+        warn(f"PYTHONHASHSEED was {was} when this interpreter started, not {seed}: set and dict-of-str "
+             "iteration order may differ between runs. It cannot change inside a running interpreter; "
+             f"launch with `tfrepro run --seed {seed} -- python your_script.py`.")
     if late:
-        warnings.warn(
-            "tfrepro.patch() was called late; these may not apply:\n  - " + "\n  - ".join(late),
-            ReproducibilityWarning,
-            stacklevel=2,
-        )
+        warn("tfrepro.patch() was called late; these may not apply:\n  - " + "\n  - ".join(late))
     return reporting.status()
 
 
@@ -149,7 +153,7 @@ def unpatch() -> reporting.Report:
 
         disable = getattr(config, "disable_op_determinism", None)
         if disable is None:
-            warnings.warn("this TensorFlow cannot turn op determinism off again", ReproducibilityWarning, stacklevel=2)
+            warn("this TensorFlow cannot turn op determinism off again")
         else:
             disable()
     if applied.undo_keras_jit is not None:
@@ -201,22 +205,14 @@ def _warn_about_user_env() -> None:
     contradicting = switches.contradicting_env()
     if contradicting:
         named = ", ".join(f"{k}={v}" for k, v in contradicting.items())
-        warnings.warn(
-            f"{named} turned determinism off; tfrepro.patch() overrides it with 1. Remove it from your environment.",
-            ReproducibilityWarning,
-            stacklevel=3,
-        )
+        warn(f"{named} turned determinism off; tfrepro.patch() overrides it with 1. Remove it from your environment.")
     if _tf.env_flag("TF_CUDNN_USE_AUTOTUNE") == "off":
-        warnings.warn(
-            "TF_CUDNN_USE_AUTOTUNE=0 is set. Leave it unset: deterministic mode picks among "
-            "deterministic cuDNN algorithms through the autotuner, and disabling it can select a "
-            "nondeterministic or slow one. tfrepro does not change it.",
-            ReproducibilityWarning,
-            stacklevel=3,
-        )
+        warn("TF_CUDNN_USE_AUTOTUNE=0 is set. Leave it unset: deterministic mode picks among deterministic "
+             "cuDNN algorithms through the autotuner, and disabling it can select a nondeterministic or slow "
+             "one. tfrepro does not change it.")
 
 
-def _late_findings(*, onednn: bool | None, ops: bool) -> list[str]:
+def _late_findings(*, onednn: bool | None, ops: bool, seeding_too: bool) -> list[str]:
     """What has already happened in this process that patch() can no longer fully control."""
     if not _tf.tf_imported():
         return []
@@ -235,6 +231,8 @@ def _late_findings(*, onednn: bool | None, ops: bool) -> list[str]:
     if _tf.runtime_initialized() and ops:
         findings.append("ops=...: functions TensorFlow already traced (tf.function, Keras train steps) keep "
                         "TF's own ops; build and compile the model after patch()")
+    if not seeding_too:
+        return findings
     if _tf.runtime_initialized():
         findings.append(
             "TensorFlow's runtime is already initialised: random ops that ran before patch() were not "
@@ -297,12 +295,8 @@ def _guard_keras_auto_jit() -> Callable[[], None] | None:
         trainer = importlib.import_module("keras.src.trainers.trainer")
         original = trainer.model_supports_jit
     except (ImportError, AttributeError):
-        warnings.warn(
-            "could not keep Keras from choosing XLA under determinism on this Keras version; "
-            "pass compile(jit_compile=False)",
-            ReproducibilityWarning,
-            stacklevel=3,
-        )
+        warn("could not keep Keras from choosing XLA under determinism on this Keras version; "
+             "pass compile(jit_compile=False)")
         return None
 
     def model_supports_jit(model):

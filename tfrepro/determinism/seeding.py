@@ -52,6 +52,18 @@ def derive_seed(seed: int, *keys: int | str) -> int:
     return int.from_bytes(digest, "big")
 
 
+def seed_python(seed: int) -> None:
+    """Seed Python's global ``random``."""
+    random.seed(validate_seed(seed))
+
+
+def seed_numpy(seed: int) -> None:
+    """Seed NumPy's legacy global RNG (``np.random.*``)."""
+    import numpy as np
+
+    np.random.seed(validate_seed(seed))
+
+
 def seed_everything(seed: int) -> int:
     """Seed Python ``random``, NumPy's global RNG, TensorFlow and every loaded Keras.
 
@@ -63,18 +75,27 @@ def seed_everything(seed: int) -> int:
     Does not touch determinism switches or ``PYTHONHASHSEED``. Returns the seed.
     Not covered: ``numpy.random.default_rng()`` generators you create yourself.
     """
-    import numpy as np
-
     seed = validate_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed)
+    seed_python(seed)
+    seed_numpy(seed)
+    seed_frameworks(seed)
+    return seed
+
+
+def seed_frameworks(seed: int) -> None:
+    """The TensorFlow and Keras part of ``seed_everything`` (imports TensorFlow if installed).
+    Python's and NumPy's global RNGs are left as they were."""
     if _tf.installed_tf_version() is not None:
         tf = _tf.import_tf()
         tf.random.set_seed(seed)
         tf.random.set_global_generator(tf.random.Generator.from_seed(seed))
     for keras in _tf.loaded_kerases():
-        _seed_keras(keras, seed)
-    return seed
+        import numpy as np  # Keras imports it anyway
+
+        python, numpy = random.getstate(), np.random.get_state()
+        _seed_keras(keras, seed)  # keras.utils.set_random_seed seeds Python and NumPy too: undo that
+        random.setstate(python)
+        np.random.set_state(numpy)
 
 
 def _seed_keras(keras: ModuleType, seed: int) -> None:

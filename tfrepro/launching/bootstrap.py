@@ -15,6 +15,7 @@ import sys
 from types import TracebackType
 
 from tfrepro.launching.config import LaunchConfig
+from tfrepro.launching.import_hooks import call_after_import
 
 
 def main(argv: list[str]) -> None:
@@ -22,9 +23,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit("usage: python -c BOOTSTRAP (SCRIPT | --module NAME | --code CODE) [ARGS...]")
     config = LaunchConfig.from_env()
     if config.patch:
-        from tfrepro.determinism.patching import patch
-
-        patch(config.seed, threads=config.threads, onednn=config.onednn, ops=config.ops)
+        _patch(config)
     if config.trace_dir:
         from tfrepro.proof.fit_recording import record_fits
 
@@ -39,6 +38,25 @@ def main(argv: list[str]) -> None:
             traceback = _user_frames(traceback)
             sys.excepthook(kind, error.with_traceback(traceback), traceback)
             sys.exit(1)  # what Python returns for an uncaught exception
+
+
+def _patch(config: LaunchConfig) -> None:
+    """``tfrepro.patch`` before the script's first line. The environment is already in place (the
+    launcher set it before this interpreter started); Python's RNG is seeded now, NumPy's when NumPy
+    is imported, and the TensorFlow half (switches, op replacements, TF and Keras seeds) when
+    TensorFlow is: a script that never imports TensorFlow never waits for it. ``tfrepro check``
+    records every ``Model.fit``, which needs Keras, so there everything is applied at once."""
+    from tfrepro.determinism import patching, seeding
+
+    options = {"threads": config.threads, "onednn": config.onednn, "ops": config.ops}
+    if config.trace_dir or "tensorflow" in sys.modules:
+        patching.patch(config.seed, **options)
+        return
+    seeding.seed_python(config.seed)
+    call_after_import({
+        "numpy": lambda numpy: seeding.seed_numpy(config.seed),
+        "tensorflow": lambda tf: patching.apply_patch(config.seed, host_rngs=False, **options),
+    })
 
 
 def _user_frames(traceback: TracebackType | None) -> TracebackType | None:

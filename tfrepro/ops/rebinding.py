@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import importlib
 import types
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import tensorflow as tf
 
-from tfrepro.errors import ReproducibilityWarning
+from tfrepro.errors import warn
 from tfrepro.ops import gathering, image, nn, segment, sparse
 
 # op name -> (replacement, targets). A target is "tf.<attribute path>" (also bound as
@@ -127,8 +126,7 @@ def rebind(names: Iterable[str]) -> Callable[[], None]:
                 saved.append((owner, attribute, current))
                 setattr(owner, attribute, replacement)
             if not bound:
-                warnings.warn(f"tfrepro.patch(ops=...): this TensorFlow has none of the names of {name}; "
-                              "it is not replaced", ReproducibilityWarning, stacklevel=3)
+                warn(f"tfrepro.patch(ops=...): this TensorFlow has none of the names of {name}; it is not replaced")
         for key, overrides in views.items():
             owner, module_global = owners[key], key[1]
             original = getattr(owner, module_global)

@@ -9,12 +9,11 @@ the Keras face of three pieces: ``Recorder`` (the trace), ``LiveComparator`` (th
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
 from tfrepro import _tf
-from tfrepro.errors import DivergenceError, ReproducibilityWarning
+from tfrepro.errors import DivergenceError, warn
 from tfrepro.proof.comparison import Divergence
 from tfrepro.proof.gradient_hook import GradientHook
 from tfrepro.proof.live_comparison import LiveComparator
@@ -169,4 +168,4 @@ class ReproducibilityCallback(keras.callbacks.Callback):
         if self.on_divergence == "stop":
             self.model.stop_training = True
             message += "; stopping training"
-        warnings.warn(message, ReproducibilityWarning, stacklevel=2)
+        warn(message)

@@ -3,11 +3,10 @@ reference trace's record at the same position."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from tfrepro.errors import NotComparableError, ReproducibilityWarning
+from tfrepro.errors import NotComparableError, warn
 from tfrepro.proof.comparison import Divergence, find_difference, model_mismatch
 from tfrepro.proof.traces import Trace
 
@@ -48,4 +47,4 @@ class LiveComparator:
     def _note(self, message: str) -> None:
         self._done = True
         self.notes.append(message)
-        warnings.warn(message, ReproducibilityWarning, stacklevel=4)
+        warn(message)

@@ -37,8 +37,8 @@ def verify(train_fn: Callable[[], Any], runs: int = 2, *, seed: int = 0, patch: 
         raise TypeError("train_fn must be callable: a function that builds and fits a model")
     seed = seeding.validate_seed(seed)
     keras = _tf.keras_module()
-    if patch:
-        patching.patch(seed)
+    if patch:  # each run below starts from a cleared session and fresh seeds: earlier objects cannot matter
+        patching.apply_patch(seed, warn_late_seeding=False)
     traces: list[list[Trace]] = []
     with tempfile.TemporaryDirectory(prefix="tfrepro-verify-") as tmp:
         for run in range(runs):

@@ -1,0 +1,86 @@
+"""`tfrepro run` applies the TensorFlow half of patch() when the script imports TensorFlow: never
+before (a script without TensorFlow stays fast), never after its next line."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tfrepro.launching.import_hooks import call_after_import
+
+from conftest import clean_env, run_tfrepro
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    (tmp_path / "hooked_pkg").mkdir()
+    (tmp_path / "hooked_pkg" / "__init__.py").write_text("VALUE = 41\nVALUE += 1\n")
+    (tmp_path / "hooked_pkg" / "data.txt").write_text("resource")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "hooked_pkg"
+    sys.modules.pop("hooked_pkg", None)
+
+
+def test_the_hook_runs_once_right_after_the_module_executed(package):
+    seen = []
+    call_after_import({package: lambda module: seen.append(module.VALUE)})
+    assert seen == []
+    import hooked_pkg  # noqa: F401
+
+    assert seen == [42]  # the whole module had run, and nothing of the importer after it yet
+    assert type(hooked_pkg.__loader__).__name__ != "_CallAfterLoading"  # the real loader is back
+    from importlib import resources
+
+    assert resources.files(package).joinpath("data.txt").read_text() == "resource"
+    sys.modules.pop(package)
+    import hooked_pkg  # noqa: F401,F811  (a second import: the hook does not run again)
+
+    assert seen == [42]
+
+
+def test_a_module_already_imported_is_hooked_at_once(package):
+    import hooked_pkg  # noqa: F401
+
+    seen = []
+    call_after_import({package: lambda module: seen.append(module.__name__)})
+    assert seen == [package]
+
+
+def test_a_failing_hook_fails_the_import(package):
+    def broken(module):
+        raise RuntimeError("hook failed")
+
+    call_after_import({package: broken})
+    with pytest.raises(RuntimeError, match="hook failed"):
+        import hooked_pkg  # noqa: F401
+
+
+def test_run_on_a_script_without_tensorflow_never_imports_it(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("import random, sys\nprint(random.random(), 'tensorflow' in sys.modules, 'numpy' in sys.modules)\n")
+    outputs = {run_tfrepro("run", "--seed", "4", "--", sys.executable, str(script)).stdout for _ in range(2)}
+    assert len(outputs) == 1 and outputs.pop().split()[1:] == ["False", "False"]
+    import random
+
+    assert run_tfrepro("run", "--seed", "4", "--", sys.executable, str(script)).stdout.split()[0] == \
+        repr(random.Random(4).random())  # seeded before the first line
+
+
+@pytest.mark.parametrize("first", ["tensorflow", "keras"])
+def test_tensorflow_imported_mid_script_is_patched_before_the_next_line(tmp_path, first):
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import random\n"
+        "head = random.random()\n"
+        f"import {first}\n"
+        "import tensorflow as tf\n"
+        "from tfrepro import _tf, status\n"
+        "print(head, _tf.op_determinism_enabled(), status()['seeds'].value, float(tf.random.uniform([])),"
+        " random.random())\n")
+    outputs = [run_tfrepro("run", "--seed", "9", "--", sys.executable, str(script)) for _ in range(2)]
+    assert outputs[0].returncode == 0, outputs[0].stderr[-2000:]
+    assert outputs[0].stdout == outputs[1].stdout
+    head, determinism, *seeded = outputs[0].stdout.split()[:5]
+    assert determinism == "True" and seeded[:3] == ["seeded", "with", "9"]
+    plain = subprocess.run([sys.executable, str(script)], env=clean_env(), capture_output=True, text=True)
+    assert plain.stdout.split()[1] == "False"  # the control: nothing turns it on by itself
