@@ -128,14 +128,25 @@ def print_check(result: CheckResult, out: Path) -> None:
     out_console.print(f"traces and logs: {out}")
 
 
-def print_demo_losses(losses: list[list[float]]) -> None:
-    """The two demo runs' per-epoch losses side by side, with whether their bits agree."""
-    table = Table(title="training loss per epoch (exact)")
-    for column in ("epoch", "run 0", "run 1", "same bits"):
-        table.add_column(column)
-    plain = ["training loss per epoch (exact):"]
-    for epoch, (a, b) in enumerate(zip(*losses)):
-        same = a.hex() == b.hex()
-        table.add_row(str(epoch), repr(a), repr(b), Text("yes", style="green") if same else Text("no", style="red"))
-        plain.append(f"  epoch {epoch}: run 0 {a!r}, run 1 {b!r}, same bits: {'yes' if same else 'no'}")
-    show(table, "\n".join(plain))
+def print_demo_arm(label: str, result: CheckResult, losses: list[list[float]], expectation: str) -> None:
+    """One demo arm: its runs' per-epoch losses side by side, the verdict, and what to expect of it."""
+    out = console()
+    verdict = "failed" if result.failure else ("identical" if result.identical else "diverged")
+    style = {"identical": "bold green", "diverged": "bold red", "failed": "bold red"}[verdict]
+    out.print(Text.assemble((f"{label}: ", "bold"), (verdict, style)))
+    if len(losses) == 2:
+        table = Table(title=None, box=None)
+        for column in ("epoch", "run 0 loss", "run 1 loss", "same bits"):
+            table.add_column(column)
+        plain = []
+        for epoch, (a, b) in enumerate(zip(*losses)):
+            same = a.hex() == b.hex()
+            table.add_row(str(epoch), repr(a), repr(b), Text("yes", style="green") if same else Text("no", style="red"))
+            plain.append(f"  epoch {epoch}: run 0 loss {a!r}, run 1 loss {b!r}, same bits: {'yes' if same else 'no'}")
+        show(table, "\n".join(plain))
+    if result.failure:
+        print_check(result, result.runs[-1].directory.parent)
+    elif not result.identical and result.comparison.first_divergence is not None:
+        first = result.comparison.first_divergence.comparison.divergence
+        out.print(f"  first divergence: {first}", markup=False, highlight=False)
+    out.print(f"  expected: {expectation}", markup=False, highlight=False, style="dim")

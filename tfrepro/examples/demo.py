@@ -1,8 +1,11 @@
-"""``tfrepro demo``: the classic Keras MNIST CNN, trained twice in fresh processes, compared exactly."""
+"""``tfrepro demo``: the Keras MNIST CNN trained twice in fresh processes, in three arms, compared
+exactly: no seeds; seeds set the usual way; ``tfrepro.patch``."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tfrepro.launching.checking import CheckResult, check
@@ -10,19 +13,47 @@ from tfrepro.launching.config import LaunchConfig
 from tfrepro.proof.traces import bits_float, read_trace
 
 EXAMPLE = "tfrepro.examples.mnist_cnn"
+ARMS = ("no-seeds", "seeds", "patch")
 
 
-def demo_command(*, epochs: int, limit: int, offline: bool) -> list[str]:
-    command = [sys.executable, "-m", EXAMPLE, "--epochs", str(epochs), "--limit", str(limit)]
+@dataclass(frozen=True)
+class Arm:
+    """One way of running the example: a label, how it is launched, and what to expect of it."""
+
+    name: str
+    label: str
+    config: LaunchConfig
+    script_args: tuple[str, ...]
+    expectation: str
+
+
+def arm(name: str, seed: int) -> Arm:
+    if name == "no-seeds":
+        return Arm(name, "no seeds", LaunchConfig(patch=False), (),
+                   "differs on any hardware: initial weights, dropout, shuffling and augmentation are unseeded")
+    if name == "seeds":
+        return Arm(name, f"seeds only (keras.utils.set_random_seed({seed}))", LaunchConfig(patch=False),
+                   ("--seed", str(seed)),
+                   "the augmentation's random numbers go to the images in thread order (a parallel map); on a "
+                   "GPU, seeds also leave cuDNN's algorithm choice and atomic sums (bias_add, segment sums) "
+                   "nondeterministic")
+    if name == "patch":
+        return Arm(name, f"tfrepro.patch({seed})", LaunchConfig(seed=seed), (),
+                   "identical on CPU and GPU: op determinism orders the map's random numbers and selects "
+                   "deterministic kernels")
+    raise ValueError(f"unknown arm {name!r}; choose from {', '.join(ARMS)}")
+
+
+def demo_command(*, epochs: int, limit: int, offline: bool, script_args: tuple[str, ...] = ()) -> list[str]:
+    command = [sys.executable, "-m", EXAMPLE, "--epochs", str(epochs), "--limit", str(limit), *script_args]
     return command + (["--offline"] if offline else [])
 
 
-def run_demo(*, seed: int, patch: bool, epochs: int, limit: int, offline: bool, out: Path,
-             on_run=None) -> CheckResult:
-    """Train the example twice under ``tfrepro check`` semantics (two fresh interpreters)."""
-    config = LaunchConfig(seed=seed, patch=patch)
-    return check(demo_command(epochs=epochs, limit=limit, offline=offline), runs=2, config=config, out=out,
-                 on_run=on_run)
+def run_arm(demo_arm: Arm, *, epochs: int, limit: int, offline: bool, out: Path,
+            on_run: Callable[[int], None] | None = None) -> CheckResult:
+    """Train the example twice in fresh interpreters as ``demo_arm`` says, and compare the runs."""
+    command = demo_command(epochs=epochs, limit=limit, offline=offline, script_args=demo_arm.script_args)
+    return check(command, runs=2, config=demo_arm.config, out=out / demo_arm.name, on_run=on_run)
 
 
 def epoch_losses(trace_path: Path) -> list[float]:
