@@ -104,6 +104,21 @@ def test_a_patch_that_fails_midway_leaves_nothing_behind(monkeypatch, outer):
     assert state.active_seed() == outer
 
 
+def test_a_warning_turned_error_undoes_the_patch_too(monkeypatch):
+    import warnings
+
+    monkeypatch.setattr(state, "STARTUP_HASHSEED", None)  # patch() will warn about PYTHONHASHSEED
+    before = dict(os.environ)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tfrepro.ReproducibilityWarning)
+        with pytest.raises(tfrepro.ReproducibilityWarning, match="PYTHONHASHSEED"):
+            tfrepro.patch(5)
+        with pytest.raises(tfrepro.ReproducibilityWarning):
+            with tfrepro.patched(6):
+                pass
+    assert state.active_seed() is None and dict(os.environ) == before
+
+
 def test_patch_prints_nothing(capsys):
     tfrepro.patch(1)
     assert capsys.readouterr() == ("", "")

@@ -38,6 +38,18 @@ def test_the_hook_runs_once_right_after_the_module_executed(package):
     assert seen == [42]
 
 
+def test_looking_a_module_up_without_importing_it_keeps_the_hook(package):
+    import importlib.util
+
+    seen = []
+    call_after_import({package: lambda module: seen.append(module.VALUE)})
+    assert importlib.util.find_spec(package) is not None  # "is it installed?": loads nothing
+    assert seen == []
+    import hooked_pkg  # noqa: F401
+
+    assert seen == [42]
+
+
 def test_a_module_already_imported_is_hooked_at_once(package):
     import hooked_pkg  # noqa: F401
 
@@ -84,3 +96,25 @@ def test_tensorflow_imported_mid_script_is_patched_before_the_next_line(tmp_path
     assert determinism == "True" and seeded[:3] == ["seeded", "with", "9"]
     plain = subprocess.run([sys.executable, str(script)], env=clean_env(), capture_output=True, text=True)
     assert plain.stdout.split()[1] == "False"  # the control: nothing turns it on by itself
+
+
+def test_a_script_that_patches_itself_keeps_its_own_seed_and_onednn_is_not_called_late(tmp_path):
+    script = tmp_path / "own_patch.py"
+    script.write_text(
+        "import warnings, tfrepro\n"
+        "warnings.simplefilter('error', tfrepro.ReproducibilityWarning)  # any of tfrepro's would end the script\n"
+        "tfrepro.patch(42)\n"
+        "import os, tensorflow as tf\n"
+        "print(tfrepro.status()['seeds'].value, os.environ['PYTHONHASHSEED'])\n")
+    proc = run_tfrepro("run", "--seed", "42", "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-4:] == ["seeded", "with", "42", "42"]
+    script.write_text(
+        "import warnings, tfrepro\n"
+        "warnings.simplefilter('error', tfrepro.ReproducibilityWarning)\n"
+        "import tensorflow as tf\n"
+        "from tfrepro import status\n"
+        "print(status()['oneDNN'].value)\n")
+    proc = run_tfrepro("run", "--onednn", "off", "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]  # no "onednn= cannot change oneDNN" warning
+    assert proc.stdout.split()[-1] == "off"

@@ -46,10 +46,16 @@ def test_unlaunchable_commands_raise_launch_error(command, message):
         bootstrap_command(command)
 
 
-def test_options_that_merely_contain_e_or_i_are_passed_on(script):
+def test_option_clusters_and_attached_values_are_parsed_as_python_parses_them(script):
     py = sys.executable
     assert bootstrap_command([py, "-Werror::ImportWarning", script]) == [py, "-Werror::ImportWarning", *BOOT, script]
     assert bootstrap_command([py, "-X", "importtime", script]) == [py, "-X", "importtime", *BOOT, script]
+    assert bootstrap_command([py, "-uW", "error", script]) == [py, "-uW", "error", *BOOT, script]
+    assert bootstrap_command([py, "-uc", "print(1)", "a"]) == [py, "-u", *BOOT, "--code", "print(1)", "a"]
+    assert bootstrap_command([py, "-Bmpkg.train", "a"]) == [py, "-B", *BOOT, "--module", "pkg.train", "a"]
+    assert bootstrap_command([py, "-mIPython"]) == [py, *BOOT, "--module", "IPython"]  # not -I
+    assert bootstrap_command([py, "-c", "import sys; sys.exit('E')"]) == [py, *BOOT, "--code", "import sys; sys.exit('E')"]
+    assert bootstrap_command([py, "-u", "--", script, "-x"]) == [py, "-u", *BOOT, script, "-x"]
 
 
 @pytest.mark.parametrize("flag, value", [("-E", "5"), ("-I", "5")])
@@ -61,6 +67,10 @@ def test_a_hash_seed_the_interpreter_ignored_is_never_claimed(flag, value):
     plain = subprocess.run([sys.executable, "-c", code], env=clean_env(PYTHONHASHSEED=value),
                            capture_output=True, text=True, check=True)
     assert plain.stdout.startswith("5 | [ok] PYTHONHASHSEED: 5")  # the control: honoured when not ignored
+    changed = "import os; os.environ['PYTHONHASHSEED'] = '0'\n" + code.replace("; ", "\n", 1)
+    late = subprocess.run([sys.executable, "-c", changed], env=clean_env(PYTHONHASHSEED=value),
+                          capture_output=True, text=True, check=True)
+    assert late.stdout.startswith("None |")  # set to 0 after start-up: not what the interpreter used
 
 
 def test_child_env_sets_what_must_precede_interpreter_start():

@@ -9,7 +9,8 @@ from tfrepro import _tf
 from tfrepro.proof import fingerprints
 
 tf = _tf.import_tf()
-DTYPES = ["float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint64"]
+DTYPES = ["float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+          "uint64"]
 
 
 def _as_numpy_dtype(name):
@@ -164,3 +165,14 @@ def test_the_fused_and_unfused_computations_give_the_same_fingerprints():
     unfused = fingerprints.VariableFingerprinter(variables)
     unfused._compute = unfused._unfused
     assert fused() == unfused() == [fingerprints.fingerprint(v) for v in variables]
+    assert fused._compute is not fused._unfused  # XLA compiled it here: no silent fallback
+
+
+def test_booleans_are_fingerprinted_element_by_element():
+    flags = np.zeros(50, dtype=bool)
+    seen = {fingerprints.fingerprint(flags)}
+    for position in range(flags.size):
+        flipped = flags.copy()
+        flipped[position] = True
+        seen.add(fingerprints.fingerprint(flipped))
+    assert len(seen) == 51

@@ -132,7 +132,7 @@ def test_a_cut_trace_is_named_as_cut_not_as_a_length_difference(tmp_path):
                                  "there")
     shorter = write(tmp_path / "shorter.jsonl", [batch(0), {"type": "end", "weights": ["00" * 16]}])
     longer = write(tmp_path / "longer.jsonl", [batch(0), batch(1), {"type": "end", "weights": ["00" * 16]}])
-    assert "ended here" in tfrepro.compare(shorter, longer).divergence.detail  # a complete, shorter run
+    assert "ended here" in tfrepro.compare(shorter, longer).divergence.detail  # a complete run that stopped early
 
 
 def test_a_folder_given_as_a_trace_is_named_as_a_folder(tmp_path):

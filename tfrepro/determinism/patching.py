@@ -73,24 +73,23 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
     env = dict(switches.plan_for(_tf.installed_tf_version()).env, PYTHONHASHSEED=str(seed))
     if onednn is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
-    try:  # all or nothing: on any error, what this call changed is undone before the error propagates
+    try:  # all or nothing: on any error (a warning turned into one too), what this call changed is undone
         late += _apply(seed, env, op_names, threads)
         if host_rngs:
             seeding.seed_everything(seed)
         else:
             seeding.seed_frameworks(seed)
+        if state.STARTUP_HASHSEED != str(seed):
+            was = f"{state.STARTUP_HASHSEED!r}" if state.STARTUP_HASHSEED is not None else (
+                "ignored (python -E or -I)" if state.HASHSEED_IGNORED else "not set")
+            warn(f"PYTHONHASHSEED was {was} when this interpreter started, not {seed}: set and dict-of-str "
+                 "iteration order may differ between runs. It cannot change inside a running interpreter; "
+                 f"launch with `tfrepro run --seed {seed} -- python your_script.py`.")
+        if late:
+            warn("tfrepro.patch() was called late; these may not apply:\n  - " + "\n  - ".join(late))
     except BaseException:
         _restore(outer_config)
         raise
-
-    if state.STARTUP_HASHSEED != str(seed):
-        was = f"{state.STARTUP_HASHSEED!r}" if state.STARTUP_HASHSEED is not None else (
-            "ignored (python -E or -I)" if state.HASHSEED_IGNORED else "not set")
-        warn(f"PYTHONHASHSEED was {was} when this interpreter started, not {seed}: set and dict-of-str "
-             "iteration order may differ between runs. It cannot change inside a running interpreter; "
-             f"launch with `tfrepro run --seed {seed} -- python your_script.py`.")
-    if late:
-        warn("tfrepro.patch() was called late; these may not apply:\n  - " + "\n  - ".join(late))
     return reporting.status()
 
 
@@ -167,14 +166,14 @@ def unpatch() -> reporting.Report:
 @contextlib.contextmanager
 def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
             ops: bool | Sequence[str] = False) -> Iterator[reporting.Report]:
-    """``patch`` for the duration of a ``with`` block (for tests), then back to exactly what was there
-    before: unpatched, or the earlier patch with its seed, environment and replaced ops; and every
-    RNG that ``rng_state()`` captures where it was on entry."""
+    """``patch`` for the duration of a ``with`` block (for tests), then back to what was there before:
+    unpatched, or the earlier patch with its seed, environment and replaced ops; and every generator
+    that ``rng_state()`` captures where it was on entry. TensorFlow's global op seed
+    (``tf.random.set_seed``) stays the block's: TensorFlow does not expose it to restore."""
     outer_config = _active_config()
     rngs = seeding.rng_state()
-    report = patch(seed, threads=threads, onednn=onednn, ops=ops)
     try:
-        yield report
+        yield patch(seed, threads=threads, onednn=onednn, ops=ops)
     finally:
         _restore(outer_config)
         seeding.set_rng_state(rngs)

@@ -18,6 +18,8 @@ def _startup_hashseed() -> str | None:
     value = os.environ.get("PYTHONHASHSEED")
     if value is None or value == "random" or sys.flags.ignore_environment:
         return None
+    if (value.strip() == "0") != (sys.flags.hash_randomization == 0):
+        return None  # changed in os.environ after start-up: what the interpreter used is not known
     return value
 
 

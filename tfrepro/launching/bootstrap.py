@@ -9,10 +9,11 @@ check``) every ``Model.fit`` writes a trace there.
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
 import os
 import runpy
 import sys
-from types import TracebackType
+from types import ModuleType, TracebackType
 
 from tfrepro.launching.config import LaunchConfig
 from tfrepro.launching.import_hooks import call_after_import
@@ -46,17 +47,19 @@ def _patch(config: LaunchConfig) -> None:
     is imported, and the TensorFlow half (switches, op replacements, TF and Keras seeds) when
     TensorFlow is: a script that never imports TensorFlow never waits for it. ``tfrepro check``
     records every ``Model.fit``, which needs Keras, so there everything is applied at once."""
-    from tfrepro.determinism import patching, seeding
+    from tfrepro.determinism import patching, seeding, state
 
-    options = {"threads": config.threads, "onednn": config.onednn, "ops": config.ops}
     if config.trace_dir or "tensorflow" in sys.modules:
-        patching.patch(config.seed, **options)
+        patching.patch(config.seed, threads=config.threads, onednn=config.onednn, ops=config.ops)
         return
+
+    def on_tensorflow(tf: ModuleType) -> None:
+        if state.active() is None:  # a script that calls tfrepro.patch() itself has the last word
+            # onednn=None: the launcher set TF_ENABLE_ONEDNN_OPTS before this interpreter started
+            patching.apply_patch(config.seed, threads=config.threads, ops=config.ops, host_rngs=False)
+
     seeding.seed_python(config.seed)
-    call_after_import({
-        "numpy": lambda numpy: seeding.seed_numpy(config.seed),
-        "tensorflow": lambda tf: patching.apply_patch(config.seed, host_rngs=False, **options),
-    })
+    call_after_import({"numpy": lambda numpy: seeding.seed_numpy(config.seed), "tensorflow": on_tensorflow})
 
 
 def _user_frames(traceback: TracebackType | None) -> TracebackType | None:
@@ -78,12 +81,15 @@ def _run(argv: list[str]) -> None:
         sys.argv = ["-c", *argv[2:]]
         if not safe_path:
             sys.path.insert(0, "")
-        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        main_module = ModuleType("__main__")  # a real __main__, as `python -c` runs in (pickling works)
+        main_module.__loader__ = importlib.machinery.BuiltinImporter
+        sys.modules["__main__"] = main_module
+        exec(compile(argv[1], "<string>", "exec"), main_module.__dict__)
     else:
         script = argv[0]
         sys.argv = [script, *argv[1:]]
         if not safe_path:
-            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            sys.path.insert(0, os.path.dirname(os.path.realpath(script)))  # Python follows symlinks
         runpy.run_path(script, run_name="__main__")
 
 

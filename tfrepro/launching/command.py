@@ -17,13 +17,22 @@ from tfrepro.errors import LaunchError
 BOOTSTRAP = ("import sys; getattr(sys.flags, 'safe_path', False) or sys.path.pop(0); "
              "from tfrepro.launching.bootstrap import main; main(sys.argv[1:])")
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
-# Interpreter options that take a separate value (`-W error`, `-X dev`).
-_OPTIONS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
+# Interpreter options that would defeat the launcher: -E and -I ignore PYTHONHASHSEED and the
+# determinism variables set before the interpreter starts; -S hides site-packages, where tfrepro is.
+_REFUSED = {
+    "E": "makes Python ignore PYTHONHASHSEED and the determinism variables that tfrepro sets before it starts, "
+         "so runs could differ",
+    "I": "makes Python ignore PYTHONHASHSEED and the determinism variables that tfrepro sets before it starts, "
+         "so runs could differ",
+    "S": "makes Python skip site-packages, where tfrepro is installed",
+}
 
 
 def bootstrap_command(command: list[str]) -> list[str]:
     """Rewrite ``python [opts] script.py args`` / ``python -m mod args`` / ``python -c code`` /
-    ``script.py args`` so that it runs through the bootstrap. Raises LaunchError for anything else."""
+    ``script.py args`` so that it runs through the bootstrap, keeping the interpreter options
+    (clusters such as ``-uB`` and attached values such as ``-Werror`` or ``-mpkg`` included).
+    Raises LaunchError for anything else."""
     if not command:
         raise LaunchError("no command given: tfrepro runs Python commands, e.g. `python train.py [args...]`")
     head = command[0]
@@ -40,36 +49,42 @@ def bootstrap_command(command: list[str]) -> list[str]:
     index = 1
     while index < len(command):
         arg = command[index]
-        if arg in ("-m", "-c"):
-            if index + 1 >= len(command):
-                raise LaunchError(f"`{head} {arg}` needs an argument")
-            flag = "--module" if arg == "-m" else "--code"
-            return [head, *options, "-c", BOOTSTRAP, flag, command[index + 1], *command[index + 2:]]
+        if arg == "--":  # what follows is the script
+            index += 1
+            break
         if arg == "-" or not arg.startswith("-"):
             break
-        _refuse_environment_blind(head, arg)
-        options.append(arg)
-        if arg in _OPTIONS_WITH_VALUE and index + 1 < len(command):
-            options.append(command[index + 1])
+        if arg.startswith("--"):
+            options.append(arg)
+            if arg == "--check-hash-based-pycs" and index + 1 < len(command):
+                options.append(command[index + 1])
+                index += 1
             index += 1
+            continue
+        for position, letter in enumerate(arg[1:], start=1):
+            if letter in _REFUSED:
+                raise LaunchError(f"`{head} {arg}`: -{letter} {_REFUSED[letter]}; drop -{letter}")
+            if letter in "cm":  # the rest of the cluster, or the next argument, is the code or module
+                if position > 1:
+                    options.append(arg[:position])
+                value, rest = arg[position + 1:], command[index + 1:]
+                if not value:
+                    if not rest:
+                        raise LaunchError(f"`{head} -{letter}` needs an argument")
+                    value, rest = rest[0], rest[1:]
+                return [head, *options, "-c", BOOTSTRAP, "--module" if letter == "m" else "--code", value, *rest]
+            if letter in "WX":  # the rest of the cluster, or the next argument, is its value
+                options.append(arg)
+                if position == len(arg) - 1 and index + 1 < len(command):
+                    options.append(command[index + 1])
+                    index += 1
+                break
+        else:
+            options.append(arg)
         index += 1
     if index >= len(command) or command[index] == "-":
         raise LaunchError(f"no script given to {head}; tfrepro cannot run an interactive interpreter or stdin")
     return [head, *options, "-c", BOOTSTRAP, _existing_script(command[index]), *command[index + 1:]]
-
-
-def _refuse_environment_blind(head: str, option: str) -> None:
-    """``-E`` and ``-I`` make Python ignore PYTHONHASHSEED (and the TF variables tfrepro sets), so
-    hash order would change from run to run, silently."""
-    if option.startswith("--"):
-        return
-    for letter in option[1:]:
-        if letter in "WX":  # the rest is that option's value (`-Werror`)
-            return
-        if letter in "EI":
-            raise LaunchError(f"`{head} {option}`: -{letter} makes Python ignore PYTHONHASHSEED and the "
-                              "determinism variables that tfrepro sets before it starts, so runs could differ; "
-                              f"drop -{letter}")
 
 
 def _existing_script(path: str) -> str:

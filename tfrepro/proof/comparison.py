@@ -217,14 +217,12 @@ def compare(a: Trace | PathLike, b: Trace | PathLike) -> Comparison:
             result.divergence = divergence
             return result
     if len(ta.records) != len(tb.records):
-        (shorter, short), (longer, long_) = sorted((("A", ta), ("B", tb)), key=lambda pair: len(pair[1]))
+        # A complete run that stopped earlier shows as a length divergence above, at its end record; so
+        # the shorter trace here has none: its run crashed, or its file was cut.
+        shorter, short = ("A", ta) if len(ta.records) < len(tb.records) else ("B", tb)
         last = short.records[-1] if short.records else {}
-        if short.complete:
-            detail = (f"run {shorter} has {len(short)} records, run {longer} {len(long_)}: identical up to where "
-                      f"{shorter} stops")
-        else:
-            where = f"after step {last['step']}" if "step" in last else "before its first record"
-            detail = f"trace {shorter} ends {where} (the run crashed or the file was cut); identical up to there"
+        where = f"after step {last['step']}" if "step" in last else "before its first record"
+        detail = f"trace {shorter} ends {where} (the run crashed or the file was cut); identical up to there"
         result.divergence = Divergence("length", last.get("epoch"), last.get("batch"), last.get("step"), ("length",),
                                        detail=detail)
         return result

@@ -16,7 +16,8 @@ Changes to several elements go unseen only if their mixed differences cancel in 
 mixing is nonlinear and position-keyed, so structured changes (sign flips in pairs, swaps, the top
 bit of several words) have no reason to cancel, but this is not proven: the tests try families of
 them and thousands of random perturbations. Integer addition is associative, so the result does
-not depend on reduction order: it is deterministic on any device. 8 bytes leave the device.
+not depend on reduction order: it is deterministic on any device. In the XLA-fused computation of
+``VariableFingerprinter`` only the 8 bytes of each fingerprint leave the device.
 """
 
 from __future__ import annotations
