@@ -161,11 +161,22 @@ def test_thousands_of_random_perturbations_are_all_seen():
 def test_the_fused_and_unfused_computations_give_the_same_fingerprints():
     variables = [tf.Variable(np.random.default_rng(0).normal(size=(300, 7))), tf.Variable([True, False]),
                  tf.Variable(np.arange(5, dtype=np.uint8))]
-    fused = fingerprints.VariableFingerprinter(variables)
-    unfused = fingerprints.VariableFingerprinter(variables)
-    unfused._compute = unfused._unfused
-    assert fused() == unfused() == [fingerprints.fingerprint(v) for v in variables]
-    assert fused._compute is not fused._unfused  # XLA compiled it here: no silent fallback
+    fused = fingerprints.VariableFingerprinter(variables)()
+    plain = tf.function(lambda tensors: fingerprints._stack(tf, tensors), jit_compile=False)
+    unfused = [fingerprints.to_hex(pair) for pair in plain([tf.convert_to_tensor(v) for v in variables]).numpy()]
+    assert fused == unfused == [fingerprints.fingerprint(v) for v in variables]
+    assert fingerprints.fingerprints_of._function._jit_compile is True  # XLA here: no silent fallback
+
+
+def test_gradient_fingerprints_combine_indexed_slices_values_and_indices():
+    values = tf.constant(np.arange(6, dtype=np.float32).reshape(3, 2))
+    dense = fingerprints.gradient_fingerprints(tf, [values, None])
+    assert fingerprints.to_hex(dense[0].numpy()) == fingerprints.fingerprint(values)
+    assert fingerprints.to_hex(dense[1].numpy()) == "0" * 16
+    a = tf.IndexedSlices(values, tf.constant([0, 2, 5]), tf.constant([8, 2]))
+    b = tf.IndexedSlices(values, tf.constant([0, 2, 4]), tf.constant([8, 2]))  # same rows, other places
+    prints = fingerprints.gradient_fingerprints(tf, [a, b]).numpy()
+    assert fingerprints.to_hex(prints[0]) != fingerprints.to_hex(prints[1])
 
 
 def test_booleans_are_fingerprinted_element_by_element():

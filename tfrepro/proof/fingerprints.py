@@ -7,8 +7,9 @@ bijection into two 32-bit lanes, keyed by its position:
 - a 64-bit element's two words ``(a, b)`` pass through two Feistel rounds, which are invertible, so
   the pair of lane inputs differs whenever the element does; a narrower element feeds its word to
   both lanes;
-- each lane input is XORed with a key derived from the element's index, then mixed by a bijective
-  multiply-xorshift, and summed in wrapping 32-bit arithmetic.
+- each lane input is XORed with a key derived from the element's index (a Weyl sequence, distinct
+  for each of 2**32 positions), then mixed by a bijective multiply-xorshift, and summed in wrapping
+  32-bit arithmetic.
 
 **Guarantee.** Any change to one element (one flipped bit included) changes the fingerprint: it
 changes at least one lane input, the keyed mixing is a bijection, so that lane's sum changes.
@@ -16,8 +17,8 @@ Changes to several elements go unseen only if their mixed differences cancel in 
 mixing is nonlinear and position-keyed, so structured changes (sign flips in pairs, swaps, the top
 bit of several words) have no reason to cancel, but this is not proven: the tests try families of
 them and thousands of random perturbations. Integer addition is associative, so the result does
-not depend on reduction order: it is deterministic on any device. In the XLA-fused computation of
-``VariableFingerprinter`` only the 8 bytes of each fingerprint leave the device.
+not depend on reduction order: it is deterministic on any device. In the XLA-fused computation
+(``fingerprints_of``) only the 8 bytes of each fingerprint leave the device.
 """
 
 from __future__ import annotations
@@ -75,20 +76,66 @@ def _fingerprint(tf: Any, tensor: Any) -> Any:
     index = tf.cast(tf.range(size, dtype=tf.int64), tf.int32)  # modulo 2**32 past 2**32 elements
     sums = []
     for lane, key in zip(lanes, _LANE_KEYS):
-        position_key = _mix(tf, index + key)
+        position_key = index * _M1 + key  # a Weyl sequence: a distinct key for each of 2**32 positions
         sums.append(tf.reduce_sum(_mix(tf, tf.bitwise.bitwise_xor(lane, position_key))))
     return tf.stack(sums)
 
 
-def gradient_fingerprint(tf: Any, gradient: Any) -> Any:
-    """In-graph fingerprint of a gradient: a dense tensor, ``tf.IndexedSlices`` (values and indices
-    both count) or None (zeros)."""
-    if gradient is None:
-        return tf.zeros([2], tf.int32)
-    if isinstance(gradient, tf.IndexedSlices):
-        indices = _fingerprint(tf, gradient.indices)
-        return _fingerprint(tf, gradient.values) + _mix(tf, tf.bitwise.bitwise_xor(indices, _LANE_KEYS[0]))
-    return _fingerprint(tf, tf.convert_to_tensor(gradient))
+def _stack(tf: Any, tensors: Sequence[Any]) -> Any:
+    return tf.stack([_fingerprint(tf, tensor) for tensor in tensors])
+
+
+class _Fused:
+    """``_stack`` compiled once per process: XLA fuses each tensor's fingerprint into one pass where
+    TensorFlow has XLA (probed on first use), plain TF ops otherwise; the integers are the same.
+    One ``tf.function``, so a model fingerprinted again (the next ``fit``) reuses its compilation."""
+
+    def __init__(self) -> None:
+        self._function: Any = None
+
+    def __call__(self, tf: Any, tensors: Sequence[Any]) -> Any:
+        if not tensors:
+            return tf.zeros([0, 2], tf.int32)
+        if self._function is None:
+            fused = tf.function(lambda tensors: _stack(tf, tensors), autograph=False, jit_compile=True)
+            try:
+                with tf.init_scope():
+                    fused([tf.zeros([1], tf.int32)])
+            except tf.errors.OpError:  # no XLA in this build or on this device
+                fused = tf.function(lambda tensors: _stack(tf, tensors), autograph=False, jit_compile=False)
+            self._function = fused
+        return self._function(list(tensors))
+
+
+fingerprints_of = _Fused()
+"""``fingerprints_of(tf, tensors)``: the fingerprints of several tensors as an int32 [n, 2] tensor, in
+one fused computation, eagerly or inside a traced function (a train step)."""
+
+
+def gradient_fingerprints(tf: Any, gradients: Sequence[Any]) -> Any:
+    """In-graph fingerprints of gradients, [n, 2]: of a dense tensor, of a ``tf.IndexedSlices`` (its
+    values and indices both count), or zeros for None."""
+    parts: list[Any] = []
+    layout: list[tuple[int, ...]] = []
+    for gradient in gradients:
+        if gradient is None:
+            layout.append(())
+        elif isinstance(gradient, tf.IndexedSlices):
+            layout.append((len(parts), len(parts) + 1))
+            parts += [gradient.values, gradient.indices]
+        else:
+            layout.append((len(parts),))
+            parts.append(tf.convert_to_tensor(gradient))
+    prints = fingerprints_of(tf, parts)
+    rows = []
+    for entry in layout:
+        if not entry:
+            rows.append(tf.zeros([2], tf.int32))
+        elif len(entry) == 1:
+            rows.append(prints[entry[0]])
+        else:
+            rows.append(prints[entry[0]] + _mix(tf, tf.bitwise.bitwise_xor(prints[entry[1]], _LANE_KEYS[0])))
+    return tf.stack(rows)
 
 
 def to_hex(pair: Any) -> str:
@@ -113,30 +160,17 @@ def fingerprint(tensor: Any) -> str:
 
 
 class VariableFingerprinter:
-    """Fingerprints a fixed list of variables in one compiled call; returns one hex string each
-    (the same strings as ``fingerprint``). The call is fused by XLA where TensorFlow has it
-    (one pass over the weights); the integers, and so the fingerprints, are the same either way."""
+    """Fingerprints a fixed list of variables in one fused call (see ``fingerprints_of``); returns one
+    hex string each, the same strings as ``fingerprint``."""
 
     def __init__(self, variables: Sequence[Any]):
-        tf = _tf.import_tf()
-        self._tf = tf
+        self._tf = _tf.import_tf()
         # Keras 3 variables wrap a tf.Variable in `.value`; Keras 2 variables are tf.Variables.
-        self._variables = [v if isinstance(v, tf.Variable) else getattr(v, "value", v) for v in variables]
-
-        def compute():
-            if not self._variables:
-                return tf.zeros([0, 2], tf.int32)
-            return tf.stack([_fingerprint(tf, tf.convert_to_tensor(v)) for v in self._variables])
-
-        self._compute = tf.function(compute, autograph=False, jit_compile=True)
-        self._unfused = tf.function(compute, autograph=False, jit_compile=False)
+        self._variables = [v if isinstance(v, self._tf.Variable) else getattr(v, "value", v) for v in variables]
 
     def __call__(self) -> list[str]:
-        try:
-            values = self._compute()
-        except self._tf.errors.OpError:  # no XLA for this device or build: the same integers unfused
-            self._compute = self._unfused
-            values = self._compute()
+        tf = self._tf
+        values = fingerprints_of(tf, [tf.convert_to_tensor(v) for v in self._variables])
         return [to_hex(pair) for pair in values.numpy()]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfrepro import _tf
-from tfrepro.proof.fingerprints import gradient_fingerprint, to_hex
+from tfrepro.proof.fingerprints import gradient_fingerprints, to_hex
 
 
 class GradientHook:
@@ -33,7 +33,7 @@ class GradientHook:
                                  "strategies; use gradients=False")
             position = {id(w): i for i, w in enumerate(model.trainable_weights)}
             ordered = sorted(pairs, key=lambda pair: position.get(id(pair[1]), len(position)))
-            prints = tf.stack([gradient_fingerprint(tf, g) for g, _ in ordered])
+            prints = gradient_fingerprints(tf, [g for g, _ in ordered])
             with tf.init_scope():  # a plain eager variable, outside the traced function
                 if self._prints is None or self._prints.shape[0] != len(ordered):
                     self._prints = tf.Variable(tf.zeros([len(ordered), 2], tf.int32), trainable=False)
