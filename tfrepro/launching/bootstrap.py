@@ -2,8 +2,8 @@
 module or code string as ``__main__``.
 
 Started as ``python -c tfrepro.launching.command.BOOTSTRAP (SCRIPT | --module NAME | --code CODE)
-[ARGS...]``, configured by the environment that ``LaunchConfig.to_env`` wrote. With a trace folder set (``tfrepro
-check``) every ``Model.fit`` writes a trace there.
+[ARGS...]``, configured by the environment that ``LaunchConfig.to_env`` wrote. With a trace folder
+set (``tfrepro check``) every ``Model.fit`` writes a trace there.
 """
 
 from __future__ import annotations
@@ -91,7 +91,3 @@ def _run(argv: list[str]) -> None:
         if not safe_path:
             sys.path.insert(0, os.path.dirname(os.path.realpath(script)))  # Python follows symlinks
         runpy.run_path(script, run_name="__main__")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
