@@ -119,6 +119,22 @@ def test_a_warning_turned_error_undoes_the_patch_too(monkeypatch):
     assert state.active_seed() is None and dict(os.environ) == before
 
 
+def test_a_patch_under_an_active_patch_does_not_repeat_its_warnings(monkeypatch):
+    import warnings
+
+    import tensorflow as tf
+
+    monkeypatch.setattr(state, "STARTUP_HASHSEED", None)
+    with pytest.warns(tfrepro.ReproducibilityWarning, match="PYTHONHASHSEED"):
+        tfrepro.patch(3)
+    tf.random.uniform([1])  # the runtime is up now, and it was seeded by patch(3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with tfrepro.patched(4):
+            pass
+    assert [str(w.message) for w in caught if issubclass(w.category, tfrepro.ReproducibilityWarning)] == []
+
+
 def test_patch_prints_nothing(capsys):
     tfrepro.patch(1)
     assert capsys.readouterr() == ("", "")

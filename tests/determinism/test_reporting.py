@@ -85,6 +85,7 @@ def test_env_and_status_commands():
     proc = run_tfrepro("status")
     assert proc.returncode == 0 and "op determinism" in proc.stdout
     # stdout is a pipe here: plain text, each setting on one whole line, advice included
-    assert ("[!!] PYTHONHASHSEED: not set; set and dict iteration order may differ between runs; use `tfrepro run`"
+    assert ("[!!] PYTHONHASHSEED: not set; "
+            "the iteration order of sets of strings may differ between runs; use `tfrepro run`"
             in proc.stdout.splitlines())
     assert "─" not in proc.stdout and "│" not in proc.stdout  # no table rules in a log file

@@ -114,6 +114,7 @@ def test_user_errors_exit_2_with_one_clear_line_and_no_traceback(args, message, 
     assert proc.returncode == 2
     assert message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""  # one line, nothing else
+    assert f"(see `tfrepro {args[0]} --help`)" in proc.stderr or args[0] == "frobnicate"
     assert not list(tmp_path.iterdir())  # validated before any temporary folder is made
 
 

@@ -33,8 +33,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(ExitCode.USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def _fail(message: str) -> int:
-    print(f"tfrepro: error: {message}", file=sys.stderr)
+def _fail(command: str, message: str) -> int:
+    """A user error: one line on stderr in argparse's form, naming the command's --help."""
+    print(f"tfrepro {command}: error: {message} (see `tfrepro {command} --help`)", file=sys.stderr)
     return ExitCode.USAGE
 
 
@@ -70,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             os.execvpe(command[0], command, env)  # the script becomes this process: signals and exit code pass through
         except OSError as exc:
-            return _fail(f"cannot start {command[0]}: {exc}")
+            return _fail("run", f"cannot start {command[0]}: {exc}")
     return _run_and_wait(command, env)
 
 
@@ -128,7 +129,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         comparison = compare(args.a, args.b)
     except (OSError, TraceError) as exc:
-        return _fail(str(exc))
+        return _fail("compare", str(exc))
     rendering.show(rendering.comparison_view(comparison), str(comparison))
     if not comparison.comparable:
         return ExitCode.USAGE
@@ -202,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "`tfrepro run` does), record every Model.fit, and compare each run "
                                        "with the first. Exit 0 identical, 1 diverged, 2 a run failed.")
     check.add_argument("--runs", type=int, default=2, help="how many runs (default 2)")
-    check.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder)")
+    check.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder, "
+                                                   "kept; its path is printed)")
     check.add_argument("--no-patch", action="store_true", help="run without tfrepro.patch (negative control)")
     check.add_argument("--gradients", action="store_true", help="also compare every applied gradient")
     _add_launch_options(check)
@@ -226,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--offline", action="store_true", help="never try to download MNIST")
     demo.add_argument("--no-patch", action="store_true",
                       help="only the arms without tfrepro (exit 0 when the seeded runs happen to match)")
-    demo.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder)")
+    demo.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder, "
+                                                  "kept; its path is printed)")
     demo.set_defaults(func=cmd_demo, parser=demo)
 
     env = sub.add_parser("env", help="print this machine's environment fingerprint")
@@ -250,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (LaunchError, ImportError) as exc:
-        return _fail(str(exc))
+        return _fail(args.cmd, str(exc))
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
 

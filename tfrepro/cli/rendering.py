@@ -39,8 +39,9 @@ def show(terminal: Any, plain: str) -> None:
 
 def report_table(report: Report) -> Table:
     table = Table(title="tfrepro status", show_lines=False)
-    for column in ("setting", "state", "why"):
-        table.add_column(column)
+    table.add_column("setting", no_wrap=True)
+    table.add_column("state")
+    table.add_column("why", ratio=1)
     for s in report.settings:
         table.add_row(s.name, Text(s.value, style=_REPORT_STYLE[s.ok]), s.why)
     return table

@@ -64,10 +64,12 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
     if _tf.installed_tf_version() is None:
         _tf.import_tf()  # raises ImportError with the install command
 
-    late = _late_findings(onednn=onednn, ops=bool(op_names), seeding_too=warn_late_seeding)
+    outer_config = _active_config()
+    # Under an active patch, what ran since was seeded by it, and the hash-seed warning was given then.
+    first = outer_config is None
+    late = _late_findings(onednn=onednn, ops=bool(op_names), seeding_too=warn_late_seeding and first)
     _warn_about_user_env()
 
-    outer_config = _active_config()
     if outer_config is None:
         state.set_active(state.PatchState(seed, enabled_op_determinism=not _op_determinism_was_on()))
     env = dict(switches.plan_for(_tf.installed_tf_version()).env, PYTHONHASHSEED=str(seed))
@@ -79,11 +81,11 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
             seeding.seed_everything(seed)
         else:
             seeding.seed_frameworks(seed)
-        if state.STARTUP_HASHSEED != str(seed):
+        if first and state.STARTUP_HASHSEED != str(seed):
             was = f"{state.STARTUP_HASHSEED!r}" if state.STARTUP_HASHSEED is not None else (
                 "ignored (python -E or -I)" if state.HASHSEED_IGNORED else "not set")
-            warn(f"PYTHONHASHSEED was {was} when this interpreter started, not {seed}: set and dict-of-str "
-                 "iteration order may differ between runs. It cannot change inside a running interpreter; "
+            warn(f"PYTHONHASHSEED was {was} when this interpreter started, not {seed}: the iteration order of "
+                 "sets of strings may differ between runs. It cannot change inside a running interpreter; "
                  f"launch with `tfrepro run --seed {seed} -- python your_script.py`.")
         if late:
             warn("tfrepro.patch() was called late; these may not apply:\n  - " + "\n  - ".join(late))

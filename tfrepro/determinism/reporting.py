@@ -100,7 +100,7 @@ def status() -> Report:
     if hashseed is None:
         value = "ignored (python -E or -I)" if state.HASHSEED_IGNORED else "not set"
         settings.append(Setting("PYTHONHASHSEED", value, False,
-                                "set and dict iteration order may differ between runs; use `tfrepro run`"))
+                                "the iteration order of sets of strings may differ between runs; use `tfrepro run`"))
     elif seed is not None and hashseed != str(seed):
         settings.append(Setting("PYTHONHASHSEED", hashseed, None,
                                 f"differs from the seed {seed}; fixed, so still reproducible"))

@@ -90,4 +90,4 @@ def _run(argv: list[str]) -> None:
         sys.argv = [script, *argv[1:]]
         if not safe_path:
             sys.path.insert(0, os.path.dirname(os.path.realpath(script)))  # Python follows symlinks
-        runpy.run_path(script, run_name="__main__")
+        runpy.run_path(os.path.abspath(script), run_name="__main__")  # __file__ absolute, as in Python

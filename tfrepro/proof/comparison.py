@@ -56,7 +56,9 @@ class Divergence:
         return f"step {self.step}" if self.step is not None else "record"
 
     def __str__(self) -> str:
-        if self.kind in ("schedule", "length"):
+        if self.kind == "length":
+            return self.detail
+        if self.kind == "schedule":
             return f"{self.where}: {self.detail}"
         parts = [f"{self.where}: {', '.join(self.quantities)} differ"]
         if self.loss_delta is not None and "loss" in self.quantities:
@@ -171,7 +173,8 @@ class Comparison:
         return "identical" if self.identical else "diverged"
 
     def __str__(self) -> str:
-        lines = [f"{self.verdict}: {self.a} vs {self.b} ({self.records_compared} records compared)"]
+        records = f"{self.records_compared} record{'' if self.records_compared == 1 else 's'} compared"
+        lines = [f"{self.verdict}: {self.a} vs {self.b} ({records})"]
         if self.different_seeds:
             lines.append(f"  different seeds: {self.different_seeds}; runs with different seeds are expected to differ")
         lines += [f"  model mismatch: {m}" for m in self.mismatch]

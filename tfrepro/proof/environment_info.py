@@ -148,7 +148,7 @@ _BREAKING = {
     "env.TF_DETERMINISTIC_OPS": "a determinism switch differs",
     "env.TF_CUDNN_DETERMINISTIC": "a determinism switch differs",
     "env.TF_ENABLE_ONEDNN_OPTS": "oneDNN changes CPU numerics",
-    "python_hash_seed": "set and dict iteration order differs",
+    "python_hash_seed": "the iteration order of sets of strings differs",
     "env.XLA_FLAGS": "XLA flags change compiled kernels",
     "env.TF_XLA_FLAGS": "XLA flags change compiled kernels",
     "env.CUDA_VISIBLE_DEVICES": "a different set of GPUs is used",
