@@ -77,7 +77,7 @@ def test_compare_exit_codes(tmp_path):
     assert run_tfrepro("compare", a, wider).returncode == 2
     for bad in (str(tmp_path / "missing.jsonl"), str(SCRIPTS / "unmodified.py")):
         proc = run_tfrepro("compare", a, bad)
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("tfrepro: error")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("tfrepro compare: error")
 
 
 def test_demo_runs_offline_and_matches(tmp_path):

@@ -123,13 +123,16 @@ def test_warnings_name_the_users_line_and_a_second_verify_is_not_called_late(ker
         model = small_model(keras)
         model.fit(X, Y, batch_size=32, epochs=1, verbose=0)
 
+    caught = []
     for _ in range(2):  # the second verify follows models built by the first
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             tfrepro.verify(train, runs=2)
-        ours = [w for w in caught if issubclass(w.category, tfrepro.ReproducibilityWarning)]
-        assert [w.filename for w in ours] == [__file__]  # the hash-seed warning, at this file's verify() line
-        assert not [w for w in ours if "called late" in str(w.message)]
+        caught.append([w for w in record if issubclass(w.category, tfrepro.ReproducibilityWarning)])
+    assert [w.filename for w in caught[0]] == [__file__]  # the hash-seed warning, at this file's verify() line
+    assert "PYTHONHASHSEED" in str(caught[0][0].message)
+    assert caught[1] == []  # not "called late" about the first run's models, and the hash seed said once
+    tfrepro.unpatch()
     with pytest.warns(tfrepro.ReproducibilityWarning, match="PYTHONHASHSEED") as caught:
         with tfrepro.patched(3):
             pass
