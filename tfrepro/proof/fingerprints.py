@@ -82,7 +82,7 @@ def _fingerprint(tf: Any, tensor: Any) -> Any:
 
 
 def _stack(tf: Any, tensors: Sequence[Any]) -> Any:
-    return tf.stack([_fingerprint(tf, tensor) for tensor in tensors])
+    return tf.stack([_fingerprint(tf, tf.convert_to_tensor(tensor)) for tensor in tensors])
 
 
 class _Fused:
@@ -108,8 +108,8 @@ class _Fused:
 
 
 fingerprints_of = _Fused()
-"""``fingerprints_of(tf, tensors)``: the fingerprints of several tensors as an int32 [n, 2] tensor, in
-one fused computation, eagerly or inside a traced function (a train step)."""
+"""``fingerprints_of(tf, tensors)``: the fingerprints of several tensors or variables as an int32
+[n, 2] tensor, in one fused computation, eagerly or inside a traced function (a train step)."""
 
 
 def gradient_fingerprints(tf: Any, gradients: Sequence[Any]) -> Any:
@@ -167,11 +167,15 @@ class VariableFingerprinter:
         self._tf = _tf.import_tf()
         # Keras 3 variables wrap a tf.Variable in `.value`; Keras 2 variables are tf.Variables.
         self._variables = [v if isinstance(v, self._tf.Variable) else getattr(v, "value", v) for v in variables]
+        from tensorflow.python.ops.resource_variable_ops import ResourceVariable  # no public name
+
+        self._plain = ResourceVariable
 
     def __call__(self) -> list[str]:
-        tf = self._tf
-        values = fingerprints_of(tf, [tf.convert_to_tensor(v) for v in self._variables])
-        return [to_hex(pair) for pair in values.numpy()]
+        # Plain variables go in as they are, to be read inside the compiled function rather than by one
+        # eager op each; others (tf.distribute's) are read here, as their owner defines.
+        values = [v if isinstance(v, self._plain) else self._tf.convert_to_tensor(v) for v in self._variables]
+        return [to_hex(pair) for pair in fingerprints_of(self._tf, values).numpy()]
 
 
 def combine(fingerprints: Sequence[str]) -> str:
