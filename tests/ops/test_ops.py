@@ -227,3 +227,54 @@ def test_sums_over_leading_axes_in_row_blocks_match_the_plain_reduction():
         assert bits(ops.reduce_sum(x, axis=axes)) == bits(plain)
         np.testing.assert_allclose(ops.reduce_sum(x, axis=axes), np.sum(x.numpy().astype(np.float64), axis=tuple(axes)),
                                    rtol=1e-6)
+
+
+_ROWS = np.array([[1, 2, 3, 0], [0, 0, 1, 2]], np.int32)
+BINCOUNT_CASES = {
+    "flat": dict(arr=[1, 1, 2, 3, 2, 4, 4, 5]),
+    "int weights": dict(arr=[1, 1, 2, 3, 2, 4, 4, 5], weights=[1, 5, 0, 1, 0, 5, 4, 5]),
+    "float weights": dict(arr=[0, 2, 2], weights=[0.5, 0.25, 1.0]),
+    "float input is cast to int32": dict(arr=[1.7, 2.2, 0.0]),
+    "empty": dict(arr=np.zeros([0], np.int32)),
+    "empty with minlength": dict(arr=np.zeros([0], np.int64), minlength=3),
+    "rows (axis=-1)": dict(arr=_ROWS, axis=-1),
+    "rows, binary": dict(arr=_ROWS, axis=-1, binary_output=True),
+    "rows, min and max length (tf_keras CategoryEncoding)": dict(arr=_ROWS, axis=-1, minlength=6, maxlength=6),
+    "rows, int64, float weights": dict(arr=_ROWS.astype(np.int64), axis=-1, weights=np.full((2, 4), 0.5, np.float32)),
+    "2-D flattened": dict(arr=_ROWS),
+    "output dtype": dict(arr=[1, 2, 3], dtype=tf.float32),
+    "values past maxlength are ignored": dict(arr=[1, 9, 3], maxlength=4),
+    "1-D with axis=-1": dict(arr=[1, 2], axis=-1),
+}
+
+
+def _ragged_and_sparse_cases():
+    ragged = tf.ragged.constant([[1, 1], [], [3, 0, 0]])
+    sparse = tf.sparse.from_dense(tf.constant([[0, 1, 0], [2, 2, 0]]))  # implicit zeros are not counted
+    return {"ragged rows": dict(arr=ragged, axis=-1), "ragged flat": dict(arr=ragged),
+            "sparse rows": dict(arr=sparse, axis=-1), "sparse flat": dict(arr=sparse)}
+
+
+@pytest.mark.parametrize("case", sorted(BINCOUNT_CASES) + ["ragged rows", "ragged flat", "sparse rows", "sparse flat"])
+def test_bincount_accepts_what_tf_accepts_with_the_same_result(case):
+    kwargs = BINCOUNT_CASES.get(case) or _ragged_and_sparse_cases()[case]
+    try:
+        expected = tf.math.bincount(**kwargs)
+    except (TypeError, ValueError):  # TF 2.12 takes no float lists and no flat ragged or sparse input
+        pytest.skip(f"TF {tf.__version__} rejects this input; tfrepro takes it as later TF versions do")
+    for result in (ops.bincount(**kwargs), tf.function(lambda: ops.bincount(**kwargs))()):
+        assert (result.dtype, result.shape.as_list()) == (expected.dtype, expected.shape.as_list())
+        assert result.numpy().tobytes() == expected.numpy().tobytes()
+
+
+def test_bincount_with_unknown_static_shapes_and_rejects_what_tf_rejects():
+    traced = tf.function(lambda x: ops.bincount(x, axis=-1, minlength=5),
+                         input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    assert traced(_ROWS).numpy().tobytes() == tf.math.bincount(_ROWS, axis=-1, minlength=5).numpy().tobytes()
+    for kwargs, error in ((dict(arr=[1, 2], weights=[1.0, 1.0], binary_output=True), ValueError),
+                          (dict(arr=[1, 2], axis=1), ValueError),
+                          (dict(arr=[1, -1]), tf.errors.InvalidArgumentError)):
+        with pytest.raises(error):
+            tf.math.bincount(**kwargs)
+        with pytest.raises(error):
+            ops.bincount(**kwargs)

@@ -9,32 +9,61 @@ from tfrepro.ops import _stock
 from tfrepro.ops.segment import reduce_sum, unsorted_segment_sum
 
 
+def _bincount_input(x) -> tuple[tf.Tensor, tf.Tensor | None, tf.Tensor | None]:
+    """A dense, ragged or sparse input as (its values, flat; each value's row for rank 2, else None;
+    the number of rows, or None). Implicit zeros of a SparseTensor are not values, as in TF."""
+    if isinstance(x, tf.SparseTensor):
+        if x.shape.rank == 2:
+            return x.values, x.indices[:, 0], x.dense_shape[0]
+        return x.values, None, None
+    if isinstance(x, tf.RaggedTensor):
+        if x.shape.rank == 2:
+            return x.values, x.value_rowids(), x.nrows()
+        return tf.reshape(x.flat_values, [-1]), None, None
+    x = tf.convert_to_tensor(x)
+    if x.shape.rank == 2:
+        shape = tf.shape(x, out_type=tf.int64)
+        return tf.reshape(x, [-1]), tf.repeat(tf.range(shape[0]), shape[1]), shape[0]
+    return tf.reshape(x, [-1]), None, None
+
+
 def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=tf.int32, name=None, axis=None,
              binary_output=False):
-    """``tf.math.bincount`` over the flattened input (``axis=None``, TF's default).
+    """``tf.math.bincount``: dense, ragged or sparse ``arr``; ``axis=None``/``0`` counts the flattened
+    input, ``axis=-1`` each row of a rank-2 input; float input is cast to int32, as TF does.
 
     Negative values raise InvalidArgumentError, as TF's CPU kernel; values >= ``maxlength`` are
     ignored. With ``weights`` the output has their dtype and sums them order-invariantly.
     """
-    if axis not in (None, 0):
-        raise NotImplementedError("tfrepro.ops.bincount supports axis=None (the flattened input) only")
+    if weights is not None and binary_output:
+        raise ValueError("Arguments `binary_output` and `weights` are mutually exclusive. Please specify only one.")
+    axis = 0 if axis is None else axis
+    if axis not in (0, -1):
+        raise ValueError(f"Unsupported value for argument axis={axis}. Only 0 and -1 are currently supported.")
     with tf.name_scope(name or "DeterministicBincount"):
-        flat = tf.reshape(tf.convert_to_tensor(arr), [-1])
-        if not flat.dtype.is_integer:
-            raise TypeError(f"arr must be an integer tensor; got {flat.dtype.name}")
-        with tf.control_dependencies([tf.debugging.assert_non_negative(flat, message="Input arr must be non-negative!")]):
-            size = tf.cond(tf.size(flat) > 0, lambda: tf.reduce_max(flat) + 1, lambda: tf.zeros([], flat.dtype))
+        values, rows, num_rows = _bincount_input(arr)
+        if not values.dtype.is_integer:
+            values = tf.cast(values, tf.int32)
+        nonempty = tf.cast(tf.size(values) > 0, values.dtype)
+        with tf.control_dependencies([tf.debugging.assert_non_negative(values, message="Input arr must be non-negative!")]):
+            size = nonempty * (tf.reduce_max(values) + 1)  # 0 for an empty input (its max is the dtype's minimum)
         if minlength is not None:
-            size = tf.maximum(size, tf.cast(minlength, flat.dtype))
+            size = tf.maximum(tf.convert_to_tensor(minlength, values.dtype), size)
         if maxlength is not None:
-            size = tf.minimum(size, tf.cast(maxlength, flat.dtype))
-        ids = tf.where(flat < size, flat, -tf.ones_like(flat))
-        if weights is not None and not binary_output:
-            return unsorted_segment_sum(tf.reshape(tf.convert_to_tensor(weights), [-1]), ids, size)
-        counts = unsorted_segment_sum(tf.ones_like(flat, dtype=tf.int32), ids, size)
+            size = tf.minimum(tf.convert_to_tensor(maxlength, values.dtype), size)
+        ids = tf.where(values < size, values, -tf.ones_like(values))
+        shape = tf.reshape(size, [1])
+        if axis == -1 and rows is not None:  # one row of bins per input row
+            ids = tf.where(ids >= 0, tf.cast(rows, ids.dtype) * size + ids, ids)
+            shape = tf.stack([tf.cast(num_rows, values.dtype), size])
+        if weights is None:
+            counts = unsorted_segment_sum(tf.ones_like(values, dtype=tf.int32), ids, tf.reduce_prod(shape))
+        else:
+            counts = unsorted_segment_sum(_bincount_input(weights)[0], ids, tf.reduce_prod(shape))
+        counts = tf.reshape(counts, shape)
         if binary_output:
             counts = tf.minimum(counts, 1)
-        return tf.cast(counts, dtype)
+        return counts if weights is not None else tf.cast(counts, dtype)
 
 
 def sparse_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=None):
