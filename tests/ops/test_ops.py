@@ -278,3 +278,40 @@ def test_bincount_with_unknown_static_shapes_and_rejects_what_tf_rejects():
             tf.math.bincount(**kwargs)
         with pytest.raises(error):
             ops.bincount(**kwargs)
+
+
+def test_int64_num_segments_and_ids_work_as_in_tf():
+    data, ids = tf.ones([3, 2]), tf.constant([0, 2, 0], tf.int64)
+    for op in ("unsorted_segment_mean", "unsorted_segment_sqrt_n", "unsorted_segment_sum"):
+        expected = getattr(tf.math, op)(data, ids, np.int64(3))
+        assert getattr(ops, op)(data, ids, np.int64(3)).numpy().tobytes() == expected.numpy().tobytes(), op
+    sorted_ids = tf.constant([0, 0, 1], tf.int64)
+    assert ops.segment_mean(data, sorted_ids).numpy().tobytes() == tf.math.segment_mean(data, sorted_ids).numpy().tobytes()
+
+
+def test_num_segments_of_unknown_static_shape_traces():
+    traced = tf.function(lambda data, ids, n: ops.unsorted_segment_sum(data, ids, n),
+                         input_signature=[tf.TensorSpec(None, tf.float32), tf.TensorSpec(None, tf.int32),
+                                          tf.TensorSpec(None, tf.int32)])
+    data, ids = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), tf.constant([1, 0, 1])
+    assert traced(data, ids, tf.constant(2)).numpy().tolist() == [[3.0, 4.0], [6.0, 8.0]]
+
+
+def test_sparse_dense_matmul_checks_the_inner_dimensions_as_tf_does():
+    sp = tf.sparse.from_dense(tf.ones([3, 15]))
+    for op in (tf.sparse.sparse_dense_matmul, ops.sparse_dense_matmul):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Cannot multiply A and B"):
+            op(sp, tf.ones([10, 4]))
+
+
+def test_sparse_xent_validates_label_shapes_as_tf_does():
+    logits = tf.zeros([2, 3])
+    for op in (tf.nn.sparse_softmax_cross_entropy_with_logits, ops.sparse_softmax_cross_entropy_with_logits):
+        with pytest.raises(ValueError, match="rank"):  # at the call, from the static shapes
+            op(tf.constant([[0], [1]]), logits)
+        with pytest.raises(ValueError, match="except for the last dimension"):
+            op(tf.constant([0, 1, 2]), logits)
+        traced = tf.function(lambda labels, op=op: op(labels, logits), input_signature=[tf.TensorSpec(None, tf.int32)])
+        with pytest.raises(tf.errors.InvalidArgumentError):  # when it runs: a scalar label for 2-D logits
+            traced(tf.constant(0))
+        assert traced(tf.constant([0, 2])).shape == [2]

@@ -71,6 +71,31 @@ def softmax_cross_entropy_with_logits(labels, logits, axis=-1, name=None):
         return forward(labels, logits)
 
 
+def _sparse_xent_shape_checks(labels: tf.Tensor, logits: tf.Tensor) -> list:
+    """TF's checks of the labels' shape against the logits': ValueError for what the static shapes
+    show at the call, InvalidArgumentError when the op runs for what only the run-time shapes show."""
+    labels_shape, logits_shape = labels.shape, logits.shape
+    if logits_shape.rank == 0:
+        raise ValueError(f"`logits` cannot be a scalar. Received logits={logits}`")
+    if logits_shape.rank is not None and labels_shape.rank is not None and labels_shape.rank != logits_shape.rank - 1:
+        raise ValueError("`labels.shape.rank` must equal `logits.shape.rank - 1`. Received: "
+                         f"labels.shape={labels_shape} of rank {labels_shape.rank} and logits.shape={logits_shape} "
+                         f"of rank {logits_shape.rank}")
+    defined = labels_shape.is_fully_defined() and logits_shape[:-1].is_fully_defined()
+    if defined and labels_shape != logits_shape[:-1]:
+        raise ValueError("`labels.shape` must equal `logits.shape` except for the last dimension. Received: "
+                         f"labels.shape={labels_shape} and logits.shape={logits_shape}")
+    if defined:
+        return []
+    if logits_shape.rank == 2:  # TF's kernel takes such labels as they are: 1-D, one per row
+        return [tf.debugging.assert_rank(labels, 1, message="labels must be 1-D"),
+                tf.debugging.assert_equal(tf.shape(labels)[0], tf.shape(logits)[0],
+                                          message="logits and labels must have the same first dimension")]
+    return [tf.debugging.assert_equal(tf.shape(labels), tf.shape(logits)[:-1],
+                                      message="logits and labels must have the same shape except for the last "
+                                              "dimension")]
+
+
 def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
     """``tf.nn.sparse_softmax_cross_entropy_with_logits``: labels out of ``[0, num_classes)`` raise
     InvalidArgumentError (as TF's CPU kernel); the gradient is ``softmax - one_hot(labels)``."""
@@ -81,7 +106,7 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
             raise TypeError(f"labels must be int32 or int64; got {labels.dtype.name}")
         dtype = _compute_dtype(logits.dtype)
         classes = tf.shape(logits, out_type=labels.dtype)[-1]
-        checks = [
+        checks = _sparse_xent_shape_checks(labels, logits) + [
             tf.debugging.assert_non_negative(labels, message="Received a label value below 0 (valid range [0, num_classes))"),
             tf.debugging.assert_less(labels, classes, message="Received a label value outside the valid range [0, num_classes)"),
         ]
@@ -91,7 +116,9 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
         @tf.custom_gradient
         def forward(logits_in):
             log_probs = _log_softmax(tf.cast(logits_in, dtype), -1)
-            picked = _stock.gather(log_probs, labels, axis=-1, batch_dims=labels.shape.rank)
+            rows = tf.reshape(log_probs, tf.stack([-1, tf.cast(classes, tf.int32)]))  # any rank, known or not
+            picked = _stock.gather(rows, tf.reshape(labels, [-1, 1]), axis=1, batch_dims=1)
+            picked = tf.reshape(picked, tf.shape(labels))
 
             def grad(dy):
                 one_hot = tf.one_hot(labels, tf.cast(classes, tf.int32), dtype=dtype)

@@ -56,7 +56,7 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
     with tf.name_scope(name or "DeterministicUnsortedSegmentSum"):
         data = tf.convert_to_tensor(data)
         segment_ids = tf.convert_to_tensor(segment_ids)
-        num_segments = tf.cast(num_segments, tf.int32)
+        num_segments = tf.reshape(tf.cast(num_segments, tf.int32), [])  # a scalar, also when traced unshaped
         if data.dtype.is_complex:
             real = _exact_segment_sum(tf.math.real(data), segment_ids, num_segments)
             imag = _exact_segment_sum(tf.math.imag(data), segment_ids, num_segments)
@@ -71,7 +71,8 @@ def _segment_counts(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Te
     counts = _stock.unsorted_segment_sum(tf.ones_like(segment_ids, tf.int32), segment_ids, num_segments)
     counts = tf.cast(tf.maximum(counts, 1), data.dtype)
     trailing = tf.rank(data) - tf.rank(segment_ids)
-    return tf.reshape(counts, tf.concat([tf.reshape(num_segments, [1]), tf.ones([trailing], tf.int32)], 0))
+    segments = tf.reshape(tf.cast(num_segments, tf.int32), [1])  # int64 num_segments or ids too
+    return tf.reshape(counts, tf.concat([segments, tf.ones([trailing], tf.int32)], 0))
 
 
 def unsorted_segment_mean(data, segment_ids, num_segments, name=None):

@@ -77,9 +77,13 @@ def sparse_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=None):
         if adjoint_b:
             b = tf.transpose(b)
         rows, cols = sp_a.indices[:, 0], sp_a.indices[:, 1]
-        out_rows = sp_a.dense_shape[0]
+        out_rows, inner = sp_a.dense_shape[0], sp_a.dense_shape[1]
         if adjoint_a:
-            rows, cols, out_rows = cols, rows, sp_a.dense_shape[1]
+            rows, cols, out_rows, inner = cols, rows, sp_a.dense_shape[1], sp_a.dense_shape[0]
+        check = tf.debugging.assert_equal(inner, tf.shape(b, out_type=inner.dtype)[0],
+                                          message="Cannot multiply A and B because inner dimension does not match")
+        with tf.control_dependencies([check]):
+            b = tf.identity(b)
 
         @tf.custom_gradient
         def forward(values, dense):
