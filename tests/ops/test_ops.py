@@ -315,3 +315,15 @@ def test_sparse_xent_validates_label_shapes_as_tf_does():
         with pytest.raises(tf.errors.InvalidArgumentError):  # when it runs: a scalar label for 2-D logits
             traced(tf.constant(0))
         assert traced(tf.constant([0, 2])).shape == [2]
+
+
+def test_the_documented_limits_hold_two_roundings_and_ids_dropped_under_xla():
+    small = tf.constant([1.0, 2.0**-24, 2.0**-59], tf.float32)
+    assert ops.unsorted_segment_sum(small, tf.zeros([3], tf.int32), 1).numpy().tolist() == [1.0]  # not 1.0000001
+    assert float(np.float32(1.0) + np.float32(2.0**-24)) == 1.0  # ... where a float32 running sum ends too
+    data, ids = tf.constant([1.0, 2.0]), tf.constant([0, 5])
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        ops.unsorted_segment_sum(data, ids, 2)
+    under_xla = tf.function(lambda: ops.unsorted_segment_sum(data, ids, 2), jit_compile=True)()
+    stock_under_xla = tf.function(lambda: tf.math.unsorted_segment_sum(data, ids, 2), jit_compile=True)()
+    assert under_xla.numpy().tolist() == stock_under_xla.numpy().tolist() == [1.0, 0.0]

@@ -9,12 +9,14 @@ and scaled back. The result is defined by this canonical computation:
   ``m < 2**e``, and ``n`` = the number of elements (exact). ``P = 62 - ceil(log2(n))`` bits.
 - Each finite element becomes ``q = trunc(x * 2**(P - e))``; ``|q| < 2**P``, so the int64 sum of
   ``n`` of them stays below ``2**62``: no overflow, for any segment size.
-- The int64 sum is converted to float64 and scaled by ``2**(e - P)``, then rounded once to the
-  output dtype (float16/bfloat16 data is summed as float32, exactly upcast). NaN and infinities are
+- The int64 sum is converted to float64 (rounded when it needs more than 53 bits) and scaled by
+  ``2**(e - P)``, then rounded to the output dtype: two roundings, so a float32 result can be one
+  ulp from the correctly rounded sum (``[1, 2**-24, 2**-59]`` gives 1.0, not 1.0000001).
+  Float16/bfloat16 data is summed as float32, exactly upcast. NaN and infinities are
   counted separately, with IEEE semantics (NaN if any NaN or both infinities, else the infinity
   present).
 
-Accuracy: the absolute error is below ``n * m * 2**-P`` (quantisation) plus the final rounding; with
+Accuracy: the absolute error is below ``n * m * 2**-P`` (quantisation) plus the two roundings; with
 ``P >= 24`` that beats a float32 sum's bound ``(n - 1) * 2**-24 * sum|x|`` for every segment of up to
 ``2**38`` elements, and a float64 sum's bound for every segment of up to ``2**9`` elements (beyond,
 the extra error stays below ``n * m * 2**-62``). Elements smaller than ``m * 2**-P`` vanish, as they
