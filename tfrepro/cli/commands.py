@@ -89,12 +89,13 @@ def cmd_env(args: argparse.Namespace) -> int:
     from tfrepro.proof.environment_info import environment
 
     env = environment()
+    plain = json.dumps(env, indent=2, sort_keys=True)
     if args.json:
-        print(json.dumps(env, indent=2, sort_keys=True))
+        print(plain)
         return ExitCode.OK
     from tfrepro.cli import rendering
 
-    rendering.show(rendering.environment_view(env), json.dumps(env, indent=2, sort_keys=True))
+    rendering.show(rendering.environment_view(env), plain)
     return ExitCode.OK
 
 

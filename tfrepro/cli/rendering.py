@@ -19,7 +19,8 @@ from tfrepro.proof.comparison import Comparison
 
 T = TypeVar("T")
 _REPORT_STYLE = {True: "green", False: "bold red", None: "dim"}
-_VERDICT_STYLE = {"identical": "bold green", "diverged": "bold red", "not comparable": "bold yellow"}
+_VERDICT_STYLE = {"identical": "bold green", "diverged": "bold red", "not comparable": "bold yellow",
+                  "failed": "bold red"}
 
 
 def console() -> Console:
@@ -102,17 +103,23 @@ def with_progress(label: str, runs: int, work: Callable[[Callable[[int], None]],
         return work(lambda index: progress.advance(task))
 
 
+def _print_failure(result: CheckResult) -> None:
+    """Why a checked run failed, and the end of its stderr (its log file keeps all of it)."""
+    out = console()
+    out.print(Text(result.failure, style="bold red"))
+    failed = result.runs[-1]
+    tail = failed.stderr_tail()
+    if tail:
+        out.print(f"last lines of run {failed.index}'s stderr ({failed.directory / 'stderr.log'}):")
+        out.print(tail, markup=False, highlight=False)
+
+
 def print_check(result: CheckResult, out: Path) -> None:
     """The outcome of ``tfrepro check``/``demo``: the failed run's stderr, the first divergence,
     or the identical verdict; then where the traces and logs are."""
     out_console = console()
     if result.failure:
-        out_console.print(Text(result.failure, style="bold red"))
-        failed = result.runs[-1]
-        tail = failed.stderr_tail()
-        if tail:
-            out_console.print(f"last lines of run {failed.index}'s stderr ({failed.directory / 'stderr.log'}):")
-            out_console.print(tail, markup=False, highlight=False)
+        _print_failure(result)
         return
     comparison = result.comparison
     if comparison.fit_count_mismatch:
@@ -133,8 +140,7 @@ def print_demo_arm(label: str, result: CheckResult, losses: list[list[float]], e
     """One demo arm: its runs' per-epoch losses side by side, the verdict, and what to expect of it."""
     out = console()
     verdict = "failed" if result.failure else ("identical" if result.identical else "diverged")
-    style = {"identical": "bold green", "diverged": "bold red", "failed": "bold red"}[verdict]
-    out.print(Text.assemble((f"{label}: ", "bold"), (verdict, style)))
+    out.print(Text.assemble((f"{label}: ", "bold"), (verdict, _VERDICT_STYLE[verdict])))
     if len(losses) == 2:
         table = Table(title=None, box=None)
         for column in ("epoch", "run 0 loss", "run 1 loss", "same bits"):
@@ -146,7 +152,7 @@ def print_demo_arm(label: str, result: CheckResult, losses: list[list[float]], e
             plain.append(f"  epoch {epoch}: run 0 loss {a!r}, run 1 loss {b!r}, same bits: {'yes' if same else 'no'}")
         show(table, "\n".join(plain))
     if result.failure:
-        print_check(result, result.runs[-1].directory.parent)
+        _print_failure(result)
     elif not result.identical and result.comparison.first_divergence is not None:
         first = result.comparison.first_divergence.comparison.divergence
         out.print(f"  first divergence: {first}", markup=False, highlight=False)
