@@ -56,16 +56,16 @@ def cases(rng: np.random.Generator):
            lambda: ops.unsorted_segment_sum(wide, ids, 100), lambda: tf.math.unsorted_segment_sum(wide, ids, 100))
 
     def traced_with(accumulate):  # the op, traced (by its first call) with one int64 accumulator forced
-        saved, _exact_sum._accumulator = _exact_sum._accumulator, lambda: accumulate
+        saved, _exact_sum.current_plan = _exact_sum.current_plan, lambda: _exact_sum.Plan(accumulate, _exact_sum.CHUNK_ELEMENTS)
         try:
             op = tf.function(lambda: ops.unsorted_segment_sum(data, ids, 100))
             op()
             return op
         finally:
-            _exact_sum._accumulator = saved
+            _exact_sum.current_plan = saved
 
     yield ("  same op: int64 sums by DenseBincount vs by the segment kernel",
-           traced_with(_exact_sum._sums_by_bincount), traced_with(_exact_sum._sums_by_segment))
+           traced_with("bincount"), traced_with("segment"))
     value = variable(rng.standard_normal((64, 32, 32, 32)))
     bias = variable(rng.standard_normal(32))
     yield ("bias_add fwd+bwd 64x32x32x32", backward(ops.bias_add, value, bias), backward(tf.nn.bias_add, value, bias))
@@ -122,7 +122,7 @@ def main() -> None:
     print(f"TensorFlow {tf.__version__}, CPU, {args.reps} alternating runs each: best and median")
     print(f"{'op':62s} {'tfrepro':>9s} {'stock':>9s} {'best':>6s} {'median':>7s}")
     for name, ours, stock in cases(np.random.default_rng(0)):
-        ours_fn, stock_fn = tf.function(ours), tf.function(stock)
+        ours_fn, stock_fn = tf.function(ours, autograph=False), tf.function(stock, autograph=False)
         ours_fn(), stock_fn()  # trace and warm up
         ours_t, stock_t = timings(ours_fn, stock_fn, args.reps)
         print(f"{name:62s} {min(ours_t) * 1000:7.1f}ms {min(stock_t) * 1000:7.1f}ms {min(ours_t) / min(stock_t):5.2f}x "

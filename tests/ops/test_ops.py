@@ -327,3 +327,16 @@ def test_the_documented_limits_hold_two_roundings_and_ids_dropped_under_xla():
     under_xla = tf.function(lambda: ops.unsorted_segment_sum(data, ids, 2), jit_compile=True)()
     stock_under_xla = tf.function(lambda: tf.math.unsorted_segment_sum(data, ids, 2), jit_compile=True)()
     assert under_xla.numpy().tolist() == stock_under_xla.numpy().tolist() == [1.0, 0.0]
+
+
+def test_sizes_past_int32_products_work_as_in_tf():
+    # 8,388,608 segments: a presence table of segments x 256 exponents would hold 2**31 entries.
+    segments = 8_388_608
+    data = tf.constant(np.arange(1, 11, dtype=np.float32)[:, None])
+    ids = tf.constant([segments - 1, 0, 5, segments - 1, 3, 3, 0, 9, segments - 2, 1], tf.int32)
+    ours, stock = ops.unsorted_segment_sum(data, ids, segments), tf.math.unsorted_segment_sum(data, ids, segments)
+    assert ours.shape == stock.shape == [segments, 1] and bits(ours) == bits(stock)
+    counts = ops.bincount(ids)
+    assert counts.shape == [segments] and bits(counts) == bits(tf.math.bincount(ids))
+    with pytest.raises(ValueError, match=r"num_segments < 2\*\*31"):  # not wrapped around into int32
+        ops.unsorted_segment_sum(data, ids, np.int64(2**31))

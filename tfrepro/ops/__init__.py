@@ -1,7 +1,10 @@
 """Deterministic ops: replacements bitwise independent of accumulation order on any hardware, and
 the Keras drop-in layers built on them (``tfrepro.ops.layers``, also ``tfrepro.layers``).
 
-Each op keeps the signature and semantics of the TensorFlow op it replaces. Sums go through an
+Each op keeps the signature and semantics of the TensorFlow op it replaces, and fails on bad input
+as TF's op does: the same error class and message, raised when TF raises it (``_checks``). The
+kernels are ``tf.function``s traced once and called by every op instance (``_exact_sum.traced``),
+so an instance costs a graph a few nodes, as TF's op does. Sums go through an
 exact int64 fixed-point accumulation (see ``tfrepro.ops._exact_sum`` for the method and its
 accuracy bound), so permuting the inputs or changing the device, thread count or schedule cannot
 change a bit. ``tfrepro.patch(ops=True)`` rebinds TensorFlow's names, and the internal call sites

@@ -41,6 +41,9 @@ can change a bit.
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 import numpy as np
 import tensorflow as tf
 
@@ -99,20 +102,19 @@ def _with_pow2_factors(shift: tf.Tensor, dtype: tf.DType, apply):
 
 
 class _Segments:
-    """Groups elements [N, K] by segment id (rows), as ``unsorted_segment_sum`` does. Ids >=
-    num_segments raise InvalidArgumentError (on every device); negative ids are dropped."""
+    """Groups elements [N, K] by segment id (rows), as ``unsorted_segment_sum`` does: ids outside
+    ``[0, num_segments)`` are dropped (the callers check them first)."""
 
-    def __init__(self, segment_ids: tf.Tensor, num_segments: tf.Tensor):
+    def __init__(self, segment_ids: tf.Tensor, num_segments: tf.Tensor, plan: Plan | None = None):
+        self.plan = plan or current_plan()
         self.ids, self.num = segment_ids, num_segments
-        in_range = tf.debugging.assert_less(segment_ids, tf.cast(num_segments, segment_ids.dtype),
-                                            message="segment ids must be < num_segments")
-        with tf.control_dependencies([in_range]):  # dropped rows go to a spare slot, num_segments
-            self.slot = tf.where(segment_ids >= 0, tf.cast(segment_ids, tf.int32), num_segments)
+        kept = (segment_ids >= 0) & (segment_ids < tf.cast(num_segments, segment_ids.dtype))
+        self.slot = tf.where(kept, tf.cast(segment_ids, tf.int32), num_segments)  # dropped: a spare slot
         self.slots = num_segments + 1
-        self.accumulate = _accumulator()
+        self.accumulate = _ACCUMULATORS[self.plan.accumulator]
 
     def max(self, values: tf.Tensor) -> tf.Tensor:
-        return _stock.unsorted_segment_max(values, self.ids, self.num)
+        return _stock.unsorted_segment_max(values, self.slot, self.slots)[:self.num]
 
     def magnitude(self, x: tf.Tensor) -> tf.Tensor:
         """The largest ``|x|`` per segment and column (``|x|`` made a chunk at a time)."""
@@ -146,7 +148,8 @@ class _Segments:
 class _Axes:
     """Groups the elements along ``axis`` (kept as size-1 dimensions), as ``reduce_sum`` does."""
 
-    def __init__(self, values: tf.Tensor, axis: tf.Tensor):
+    def __init__(self, values: tf.Tensor, axis: tf.Tensor | tuple[int, ...], plan: Plan | None = None):
+        self.plan = plan or current_plan()
         self.axis = axis
         self.n = tf.reduce_prod(tf.gather(tf.shape(values), axis))
 
@@ -173,7 +176,7 @@ class _Axes:
     def _total(self, quantised: tf.Tensor) -> tf.Tensor:
         """The int64 sums (exact in any order and grouping). Sums over leading axes (a bias gradient)
         go in blocks of rows: TF's int64 reduction over a leading axis is slow."""
-        if _gpus_visible() and not _in_xla_context():  # TF's GPU reductions sum no int64
+        if self.plan.accumulator == "float64_limbs":  # TF's GPU reductions sum no int64
             return _int64_sum_by_limbs(quantised, lambda limb: tf.reduce_sum(limb, self.axis, keepdims=True))
         lead = _leading_block(self.axis, quantised.shape.rank)
         if lead is None:
@@ -198,12 +201,46 @@ def _leading_block(axis: tf.Tensor, rank: int | None) -> int | None:
 _ROW_BLOCK = 256
 
 
-def segment_sum_2d(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
+def traced(kernel):
+    """``kernel`` as ``tf.function``s: in a graph, each call is one call node and the kernel's loops
+    and conditions are stored once, not once per op instance; eagerly, one dispatch per call.
+
+    Tensor arguments are traced with their dtype and rank but no dimensions (one trace serves every
+    batch size); the other arguments are Python values that select the trace. Gradients are built
+    colocated with their forward ops, and a colocation would key a new trace per op instance, so
+    calls leave placement to the placer."""
+    functions = {}
+
+    @functools.wraps(kernel)
+    def call(*args):
+        is_tensor = [isinstance(arg, tf.Tensor) for arg in args]
+        key = tuple((arg.dtype, arg.shape.rank) if tensor else arg for arg, tensor in zip(args, is_tensor))
+        function = functions.get(key)
+        if function is None:
+            fixed = [None if tensor else arg for arg, tensor in zip(args, is_tensor)]  # holds no tensor
+
+            def bound(*tensors):
+                given = iter(tensors)
+                return kernel(*(next(given) if tensor else arg for arg, tensor in zip(fixed, is_tensor)))
+
+            signature = [tf.TensorSpec(None if arg.shape.rank is None else [None] * arg.shape.rank, arg.dtype)
+                         for arg, tensor in zip(args, is_tensor) if tensor]
+            function = functions[key] = tf.function(bound, input_signature=signature, autograph=False)
+        tensors = [arg for arg, tensor in zip(args, is_tensor) if tensor]
+        if tf.executing_eagerly():
+            return function(*tensors)
+        with tf.compat.v1.get_default_graph().colocate_with(None, ignore_existing=True):
+            return function(*tensors)
+
+    return call
+
+
+def segment_sum_2d(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor, plan: Plan) -> tf.Tensor:
     """Order-invariant ``unsorted_segment_sum`` of float ``data`` [N, K] by ``segment_ids`` [N]
-    (negative ids dropped) into [num_segments, K], in float32 (float64 for float64 data). Ids >=
-    num_segments raise InvalidArgumentError on every device (TF's GPU kernels drop them)."""
+    (ids outside ``[0, num_segments)`` dropped) into [num_segments, K], in float32 (float64 for
+    float64 data)."""
     x = _working(data)
-    groups = _Segments(segment_ids, num_segments)
+    groups = _Segments(segment_ids, num_segments, plan)
     if x.dtype != tf.float32:
         return _exact_sum(x, groups)
     fast, exact = _segment_sum_one_scale(x, groups)
@@ -243,7 +280,7 @@ def _largest_per_slot(values: tf.Tensor, groups: _Segments) -> tf.Tensor:
                                            weights=tf.zeros([0], tf.int32), binary_output=True)
         return tf.reduce_max(tf.reshape(present, tf.stack([groups.slots, 256])) * tf.range(256), 1)
 
-    return tf.cond(groups.slots * 256 <= tf.size(values), table, segment_max)
+    return tf.cond(groups.slots <= tf.size(values) // 256, table, segment_max)  # no int32 overflow
 
 
 def _chunked_int64_sums(x: tf.Tensor, scaled, groups: _Segments, check: bool) -> tuple[tf.Tensor, tf.Tensor]:
@@ -265,9 +302,9 @@ def _over_row_chunks(x: tf.Tensor, groups: _Segments, step, initial: tuple) -> t
     ``CHUNK_ELEMENTS`` (at least ``slots`` rows, as each step may make a [slots, K] table); one
     step under XLA, which needs static slice sizes."""
     n, k = tf.shape(x)[0], tf.shape(x)[1]
-    if _in_xla_context():
+    if not groups.plan.chunk_elements:
         return step(0, n, *initial)
-    rows = tf.maximum(CHUNK_ELEMENTS // tf.maximum(k, 1), groups.slots)
+    rows = tf.maximum(groups.plan.chunk_elements // tf.maximum(k, 1), groups.slots)
 
     def body(start, *state):
         end = tf.minimum(start + rows, n)
@@ -278,16 +315,22 @@ def _over_row_chunks(x: tf.Tensor, groups: _Segments, step, initial: tuple) -> t
     return tuple(state[1:])
 
 
-def _accumulator():
-    """``(q [R, K] int64, slot [R], slots) -> [slots, K]`` int64 sums by slot. Integer sums are exact,
-    so every choice gives the same bits. On CPU, DenseBincount is the faster while its table of
-    ``slots * K`` sums stays in cache; on GPUs it raises under op determinism, and TF's GPU segment
-    sums take no int64, so they sum exact float64 limbs; XLA sums int64 itself."""
-    if _in_xla_context():
-        return _sums_by_segment
-    if _gpus_visible():
-        return _sums_by_float64_limbs
-    return _sums_by_bincount_when_small
+class Plan(NamedTuple):
+    """How a sum is computed where it is traced: the int64 accumulator by name and the rows per
+    quantisation step (0: one step, as XLA needs static slice sizes). Every plan gives the same bits.
+    A traced kernel takes the plan as an argument, so that a trace is reused only where it fits."""
+
+    accumulator: str
+    chunk_elements: int
+
+
+def current_plan() -> Plan:
+    """The plan for the calling context. On CPU, DenseBincount is the faster accumulator while its
+    table of ``slots * K`` sums stays in cache; on GPUs it raises under op determinism, and TF's GPU
+    segment sums take no int64, so they sum exact float64 limbs; XLA sums int64 itself."""
+    if in_xla_context():
+        return Plan("segment", 0)
+    return Plan("float64_limbs" if _gpus_visible() else "bincount_when_small", CHUNK_ELEMENTS)
 
 
 def _gpus_visible() -> bool:
@@ -313,8 +356,8 @@ BINCOUNT_TABLE = 1 << 18  # int64 sums: 2 MiB
 
 
 def _sums_by_bincount_when_small(q: tf.Tensor, slot: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
-    return tf.cond(slots * tf.shape(q)[1] <= BINCOUNT_TABLE, lambda: _sums_by_bincount(q, slot, slots),
-                   lambda: _sums_by_segment(q, slot, slots))
+    fits = slots <= BINCOUNT_TABLE // tf.maximum(tf.shape(q)[1], 1)  # no int32 overflow
+    return tf.cond(fits, lambda: _sums_by_bincount(q, slot, slots), lambda: _sums_by_segment(q, slot, slots))
 
 
 def _sums_by_segment(q: tf.Tensor, slot: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
@@ -328,17 +371,22 @@ def _sums_by_bincount(q: tf.Tensor, slot: tf.Tensor, slots: tf.Tensor) -> tf.Ten
     return tf.reshape(sums, tf.stack([slots, k]))
 
 
-def _in_xla_context() -> bool:
+_ACCUMULATORS = {"bincount_when_small": _sums_by_bincount_when_small, "segment": _sums_by_segment,
+                 "float64_limbs": _sums_by_float64_limbs, "bincount": _sums_by_bincount}
+
+
+def in_xla_context() -> bool:
     from tensorflow.python.ops import control_flow_util  # no public equivalent
 
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
-def reduce_sum_keepdims(data: tf.Tensor, axis: tf.Tensor) -> tf.Tensor:
+def reduce_sum_keepdims(data: tf.Tensor, axis: tf.Tensor | tuple[int, ...], plan: Plan) -> tf.Tensor:
     """Order-invariant ``reduce_sum(data, axis, keepdims=True)`` of float data, in float32 (float64
-    for float64 data): TF's reductions on int64, no segment ops, no transposes."""
+    for float64 data): TF's reductions on int64, no segment ops, no transposes. ``axis``: a tuple of
+    non-negative ints where known when traced (the sum picks its kernels by them), else a tensor."""
     x = _working(data)
-    return _exact_sum(x, _Axes(x, axis))
+    return _exact_sum(x, _Axes(x, axis, plan))
 
 
 def _working(data: tf.Tensor) -> tf.Tensor:

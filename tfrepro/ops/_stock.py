@@ -10,3 +10,4 @@ bias_add = tf.nn.bias_add
 embedding_lookup = tf.nn.embedding_lookup
 sparse_dense_matmul = tf.sparse.sparse_dense_matmul
 resize_nearest_neighbor = tf.raw_ops.ResizeNearestNeighbor
+crop_and_resize = tf.raw_ops.CropAndResize

@@ -37,7 +37,9 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
         params = tf.convert_to_tensor(params)
         indices = tf.convert_to_tensor(indices)
         axis_value = 0 if axis is None else tf.get_static_value(axis)
-        if batch_dims != 0 or axis_value is None or (axis_value % max(params.shape.rank or 1, 1)) != 0:
+        rank = params.shape.rank
+        first_axis = axis_value == 0 or (axis_value is not None and rank is not None and axis_value % max(rank, 1) == 0)
+        if batch_dims != 0 or not first_axis:
             return _stock.gather(params, indices, axis=axis, batch_dims=batch_dims)
         return _gather_axis0(params, indices)
 

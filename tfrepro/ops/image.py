@@ -5,7 +5,24 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfrepro.ops import _stock
+from tfrepro.ops._exact_sum import traced
 from tfrepro.ops.segment import reduce_sum, unsorted_segment_sum
+
+
+@traced
+def _resize_nearest_grad(dy: tf.Tensor, out: tf.Tensor, x: tf.Tensor, size: tf.Tensor, align_corners: bool,
+                         half_pixel_centers: bool) -> tf.Tensor:
+    """The backprop of ``resize_nearest_neighbor`` (traced once, called per op instance)."""
+    with tf.control_dependencies([out]):  # TF's forward checked the arguments the slicing relies on
+        shape = tf.shape(x)
+    batch, height, width, channels = shape[0], shape[1], shape[2], shape[3]
+    index = tf.reshape(tf.range(height * width, dtype=tf.float64), tf.stack([1, height, width, 1]))
+    source = _stock.resize_nearest_neighbor(images=index, size=size, align_corners=align_corners,
+                                            half_pixel_centers=half_pixel_centers)
+    source = tf.cast(tf.reshape(source, [-1]), tf.int32)  # the input pixel of each output pixel
+    rows = tf.reshape(tf.transpose(dy, [1, 2, 0, 3]), tf.stack([-1, batch * channels]))
+    summed = unsorted_segment_sum(rows, source, height * width)
+    return tf.transpose(tf.reshape(summed, tf.stack([height, width, batch, channels])), [2, 0, 1, 3])
 
 
 def resize_nearest_neighbor(images, size, align_corners=False, half_pixel_centers=False, name=None):
@@ -17,22 +34,15 @@ def resize_nearest_neighbor(images, size, align_corners=False, half_pixel_center
         images = tf.convert_to_tensor(images)
         size = tf.convert_to_tensor(size, tf.int32)
 
-        def resize(x):
-            return _stock.resize_nearest_neighbor(images=x, size=size, align_corners=align_corners,
-                                         half_pixel_centers=half_pixel_centers)
-
         @tf.custom_gradient
         def forward(x):
-            def grad(dy):
-                shape = tf.shape(x)
-                batch, height, width, channels = shape[0], shape[1], shape[2], shape[3]
-                index = tf.reshape(tf.range(height * width, dtype=tf.float64), tf.stack([1, height, width, 1]))
-                source = tf.cast(tf.reshape(resize(index), [-1]), tf.int32)  # input pixel of each output pixel
-                rows = tf.reshape(tf.transpose(dy, [1, 2, 0, 3]), tf.stack([-1, batch * channels]))
-                summed = unsorted_segment_sum(rows, source, height * width)
-                return tf.transpose(tf.reshape(summed, tf.stack([height, width, batch, channels])), [2, 0, 1, 3])
+            out = _stock.resize_nearest_neighbor(images=x, size=size, align_corners=align_corners,
+                                                 half_pixel_centers=half_pixel_centers)  # TF's checks
 
-            return resize(x), grad
+            def grad(dy):
+                return _resize_nearest_grad(dy, out, x, size, align_corners, half_pixel_centers)
+
+            return out, grad
 
         return forward(images)
 
@@ -52,8 +62,61 @@ def _crop_coordinates(boxes: tf.Tensor, crop: tf.Tensor, size: tf.Tensor, first:
     return positions, extent / denominator, many
 
 
+@traced
+def _crop_and_resize_grad(dy: tf.Tensor, out: tf.Tensor, image_in: tf.Tensor, boxes_in: tf.Tensor,
+                          box_indices: tf.Tensor, crop_size: tf.Tensor, method: str) -> tuple[tf.Tensor, tf.Tensor]:
+    """The backprop of ``crop_and_resize`` to the image and the boxes (traced once, called per op)."""
+    with tf.control_dependencies([out]):  # TF's forward checked the arguments the slicing relies on
+        shape = tf.shape(image_in)
+    batch, height, width, channels = shape[0], shape[1], shape[2], shape[3]
+    in_y, height_ratio, many_y = _crop_coordinates(boxes_in, crop_size[0], height, 0)
+    in_x, width_ratio, many_x = _crop_coordinates(boxes_in, crop_size[1], width, 1)
+    valid = ((in_y >= 0) & (in_y <= tf.cast(height - 1, tf.float32)))[:, :, None] & \
+            ((in_x >= 0) & (in_x <= tf.cast(width - 1, tf.float32)))[:, None, :]  # [boxes, ch, cw]
+    rows_y = [tf.cast(tf.floor(in_y), tf.int32), tf.cast(tf.math.ceil(in_y), tf.int32)]
+    cols_x = [tf.cast(tf.floor(in_x), tf.int32), tf.cast(tf.math.ceil(in_x), tf.int32)]
+    y_lerp = (in_y - tf.floor(in_y))[:, :, None, None]
+    x_lerp = (in_x - tf.floor(in_x))[:, None, :, None]
+
+    def flat_index(y: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+        y = tf.clip_by_value(y, 0, height - 1)[:, :, None]
+        x = tf.clip_by_value(x, 0, width - 1)[:, None, :]
+        return (box_indices[:, None, None] * height + y) * width + x  # [boxes, ch, cw]
+
+    corners = [flat_index(y, x) for y in rows_y for x in cols_x]  # top-left, top-right, bottom-left, bottom-right
+    # C++ round() (half away from zero; in_y, in_x >= 0 where valid) picks the nearest pixel.
+    nearest = flat_index(tf.cast(tf.floor(in_y + 0.5), tf.int32), tf.cast(tf.floor(in_x + 0.5), tf.int32))
+    sources = [nearest] if method == "nearest" else corners  # the pixels each output read
+    flat = tf.reshape(tf.cast(image_in, tf.float32), tf.stack([-1, channels]))
+    top_left, top_right, bottom_left, bottom_right = [_stock.gather(flat, index) for index in corners]
+
+    dy = tf.cast(dy, tf.float32) * tf.cast(valid[..., None], tf.float32)
+    if method == "nearest":
+        weights = [tf.ones_like(y_lerp * x_lerp)]
+    else:
+        weights = [(1 - y_lerp) * (1 - x_lerp), (1 - y_lerp) * x_lerp, y_lerp * (1 - x_lerp), y_lerp * x_lerp]
+    contributions = tf.concat([tf.reshape(w * dy, tf.stack([-1, channels])) for w in weights], 0)
+    ids = tf.concat([tf.reshape(index, [-1]) for index in sources], 0)
+    d_image = unsorted_segment_sum(contributions, ids, batch * height * width)
+    d_image = tf.cast(tf.reshape(d_image, shape), image_in.dtype)
+    # The boxes' gradient uses the bilinear corners for both methods, as TF's does.
+    grad_y = (1 - x_lerp) * (bottom_left - top_left) + x_lerp * (bottom_right - top_right)
+    grad_x = (1 - y_lerp) * (top_right - top_left) + y_lerp * (bottom_right - bottom_left)
+    steps_y = tf.cast(tf.range(crop_size[0]), tf.float32)[None, :, None, None]
+    steps_x = tf.cast(tf.range(crop_size[1]), tf.float32)[None, None, :, None]
+    half_h, half_w = 0.5 * tf.cast(height - 1, tf.float32), 0.5 * tf.cast(width - 1, tf.float32)
+    d_y1 = tf.where(many_y, tf.cast(height - 1, tf.float32) - steps_y * height_ratio, half_h)
+    d_y2 = tf.where(many_y, steps_y * height_ratio, half_h)
+    d_x1 = tf.where(many_x, tf.cast(width - 1, tf.float32) - steps_x * width_ratio, half_w)
+    d_x2 = tf.where(many_x, steps_x * width_ratio, half_w)
+    per_box = [reduce_sum(g * dy * factor, axis=[1, 2, 3])
+               for g, factor in ((grad_y, d_y1), (grad_x, d_x1), (grad_y, d_y2), (grad_x, d_x2))]
+    return d_image, tf.stack(per_box, axis=1)
+
+
+
 def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear", extrapolation_value=0.0, name=None):
-    """``tf.image.crop_and_resize``: the same sampling as TF's kernel; the backprop to the image is an
+    """``tf.image.crop_and_resize``: TF's forward kernel (deterministic); the backprop to the image is an
     order-invariant sum over the output pixels that read each input pixel, and the backprop to the
     boxes an order-invariant sum per box (TF's GPU kernels for both raise under determinism)."""
     if method not in ("bilinear", "nearest"):
@@ -63,67 +126,14 @@ def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear", ext
         boxes = tf.cast(tf.convert_to_tensor(boxes), tf.float32)
         box_indices = tf.cast(tf.convert_to_tensor(box_indices), tf.int32)
         crop_size = tf.convert_to_tensor(crop_size, tf.int32)
-        shape = tf.shape(image)
-        batch, height, width, channels = shape[0], shape[1], shape[2], shape[3]
 
         @tf.custom_gradient
         def forward(image_in, boxes_in):
-            checks = [tf.debugging.assert_non_negative(box_indices, message="box_index has values outside [0, batch_size)"),
-                      tf.debugging.assert_less(box_indices, batch, message="box_index has values outside [0, batch_size)")]
-            with tf.control_dependencies(checks):
-                in_y, height_ratio, many_y = _crop_coordinates(boxes_in, crop_size[0], height, 0)
-            in_x, width_ratio, many_x = _crop_coordinates(boxes_in, crop_size[1], width, 1)
-            valid = ((in_y >= 0) & (in_y <= tf.cast(height - 1, tf.float32)))[:, :, None] & \
-                    ((in_x >= 0) & (in_x <= tf.cast(width - 1, tf.float32)))[:, None, :]  # [boxes, ch, cw]
-            rows_y = [tf.cast(tf.floor(in_y), tf.int32), tf.cast(tf.math.ceil(in_y), tf.int32)]
-            cols_x = [tf.cast(tf.floor(in_x), tf.int32), tf.cast(tf.math.ceil(in_x), tf.int32)]
-            y_lerp = (in_y - tf.floor(in_y))[:, :, None, None]
-            x_lerp = (in_x - tf.floor(in_x))[:, None, :, None]
-
-            def flat_index(y: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
-                y = tf.clip_by_value(y, 0, height - 1)[:, :, None]
-                x = tf.clip_by_value(x, 0, width - 1)[:, None, :]
-                return (box_indices[:, None, None] * height + y) * width + x  # [boxes, ch, cw]
-
-            corners = [flat_index(y, x) for y in rows_y for x in cols_x]  # top-left, top-right, bottom-left, bottom-right
-            # C++ round() (half away from zero; in_y, in_x >= 0 where valid) picks the nearest pixel.
-            nearest = flat_index(tf.cast(tf.floor(in_y + 0.5), tf.int32), tf.cast(tf.floor(in_x + 0.5), tf.int32))
-            sources = [nearest] if method == "nearest" else corners  # the pixels each output reads
-            mask = tf.cast(valid[..., None], tf.float32)
-
-            flat = tf.reshape(tf.cast(image_in, tf.float32), tf.stack([-1, channels]))
-            top_left, top_right, bottom_left, bottom_right = [_stock.gather(flat, index) for index in corners]
-            if method == "nearest":
-                sampled = _stock.gather(flat, nearest)
-            else:
-                top = top_left + (top_right - top_left) * x_lerp
-                bottom = bottom_left + (bottom_right - bottom_left) * x_lerp
-                sampled = top + (bottom - top) * y_lerp
-            out = tf.where(valid[..., None], sampled, tf.cast(extrapolation_value, tf.float32))
+            out = _stock.crop_and_resize(image=image_in, boxes=boxes_in, box_ind=box_indices, crop_size=crop_size,
+                                         method=method, extrapolation_value=extrapolation_value)  # TF's checks
 
             def grad(dy):
-                dy = tf.cast(dy, tf.float32) * mask
-                if method == "nearest":
-                    weights = [tf.ones_like(y_lerp * x_lerp)]
-                else:
-                    weights = [(1 - y_lerp) * (1 - x_lerp), (1 - y_lerp) * x_lerp, y_lerp * (1 - x_lerp), y_lerp * x_lerp]
-                contributions = tf.concat([tf.reshape(w * dy, tf.stack([-1, channels])) for w in weights], 0)
-                ids = tf.concat([tf.reshape(index, [-1]) for index in sources], 0)
-                d_image = unsorted_segment_sum(contributions, ids, batch * height * width)
-                d_image = tf.cast(tf.reshape(d_image, shape), image_in.dtype)
-                # The boxes' gradient uses the bilinear corners for both methods, as TF's does.
-                grad_y = (1 - x_lerp) * (bottom_left - top_left) + x_lerp * (bottom_right - top_right)
-                grad_x = (1 - y_lerp) * (top_right - top_left) + y_lerp * (bottom_right - bottom_left)
-                steps_y = tf.cast(tf.range(crop_size[0]), tf.float32)[None, :, None, None]
-                steps_x = tf.cast(tf.range(crop_size[1]), tf.float32)[None, None, :, None]
-                half_h, half_w = 0.5 * tf.cast(height - 1, tf.float32), 0.5 * tf.cast(width - 1, tf.float32)
-                d_y1 = tf.where(many_y, tf.cast(height - 1, tf.float32) - steps_y * height_ratio, half_h)
-                d_y2 = tf.where(many_y, steps_y * height_ratio, half_h)
-                d_x1 = tf.where(many_x, tf.cast(width - 1, tf.float32) - steps_x * width_ratio, half_w)
-                d_x2 = tf.where(many_x, steps_x * width_ratio, half_w)
-                per_box = [reduce_sum(g * dy * factor, axis=[1, 2, 3])
-                           for g, factor in ((grad_y, d_y1), (grad_x, d_x1), (grad_y, d_y2), (grad_x, d_x2))]
-                return d_image, tf.stack(per_box, axis=1)
+                return _crop_and_resize_grad(dy, out, image_in, boxes_in, box_indices, crop_size, method)
 
             return out, grad
 

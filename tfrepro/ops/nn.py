@@ -5,15 +5,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfrepro.ops import _stock
+from tfrepro.ops._checks import after, check, joined, shape_text, text
 from tfrepro.ops.segment import reduce_sum
-
-
-def _channel_axis(data_format: str | None, rank: int) -> int:
-    if data_format is None or data_format.startswith("N") and data_format.endswith("C"):
-        return rank - 1
-    if data_format.startswith("NC"):
-        return 1
-    raise ValueError(f"unsupported data_format {data_format!r}: expected 'N...C' or 'NC...'")
 
 
 def bias_add(value, bias, data_format=None, name=None):
@@ -22,18 +15,22 @@ def bias_add(value, bias, data_format=None, name=None):
     with tf.name_scope(name or "DeterministicBiasAdd"):
         value = tf.convert_to_tensor(value)
         bias = tf.convert_to_tensor(bias, dtype=value.dtype)
-        rank = value.shape.rank
-        if rank is None:
-            raise ValueError("bias_add needs a value of known rank")
-        axis = _channel_axis(data_format, rank)
-        reduce_axes = [a for a in range(rank) if a != axis]
+        channels_first = data_format is not None and data_format.startswith("NC")  # TF's op checks the format
 
         @tf.custom_gradient
         def forward(v, b):
-            def grad(dy):
-                return dy, reduce_sum(dy, axis=reduce_axes)
+            out = _stock.bias_add(v, b, data_format=data_format)
 
-            return _stock.bias_add(v, b, data_format=data_format), grad
+            def grad(dy):
+                rank = dy.shape.rank
+                if rank is not None:
+                    axes = [a for a in range(rank) if a != (1 if channels_first else rank - 1)]
+                else:  # every axis but the channels'
+                    axes = tf.range(tf.rank(dy) - 1)
+                    axes = tf.where(axes >= 1, axes + 1, axes) if channels_first else axes
+                return dy, reduce_sum(dy, axis=axes)
+
+            return out, grad
 
         return forward(value, bias)
 
@@ -48,12 +45,28 @@ def _log_softmax(logits: tf.Tensor, axis: int) -> tf.Tensor:
     return shifted - tf.math.log(reduce_sum(tf.exp(shifted), axis=axis, keepdims=True))
 
 
+@check
+def _broadcastable(labels_shape: tf.Tensor, logits_shape: tf.Tensor):
+    """TF's check that labels and logits broadcast (when the static shapes show it, the product in
+    the loss fails at graph build, as TF's shape function does)."""
+    rank = tf.maximum(tf.size(labels_shape), tf.size(logits_shape))
+
+    def padded(shape: tf.Tensor) -> tf.Tensor:
+        return tf.concat([tf.ones([rank - tf.size(shape)], tf.int32), shape], 0)
+
+    ones, twos = padded(labels_shape), padded(logits_shape)
+    return tf.reduce_all((ones == twos) | (ones == 1) | (twos == 1)), lambda: tf.strings.join([
+        "logits and labels must be broadcastable: logits_size=", shape_text(logits_shape),
+        " labels_size=", shape_text(labels_shape)])
+
+
 def softmax_cross_entropy_with_logits(labels, logits, axis=-1, name=None):
     """``tf.nn.softmax_cross_entropy_with_logits``: log-softmax based, order-invariant sums; the
     gradient is ``softmax - labels`` for logits and ``-log_softmax`` for labels, as TF's."""
     with tf.name_scope(name or "DeterministicSoftmaxCrossEntropyWithLogits"):
         logits = tf.convert_to_tensor(logits)
         labels = tf.cast(tf.convert_to_tensor(labels), logits.dtype)
+        labels = after(_broadcastable(tf.shape(labels), tf.shape(logits)), labels)
         dtype = _compute_dtype(logits.dtype)
 
         @tf.custom_gradient
@@ -71,9 +84,10 @@ def softmax_cross_entropy_with_logits(labels, logits, axis=-1, name=None):
         return forward(labels, logits)
 
 
-def _sparse_xent_shape_checks(labels: tf.Tensor, logits: tf.Tensor) -> list:
-    """TF's checks of the labels' shape against the logits': ValueError for what the static shapes
-    show at the call, InvalidArgumentError when the op runs for what only the run-time shapes show."""
+def _sparse_xent_static_shapes(labels: tf.Tensor, logits: tf.Tensor) -> str:
+    """TF's checks of the labels' shape against the logits' that the static shapes decide: a
+    ValueError at the call. Returns what is left for run time: "none", "rows" (2-D logits, whose
+    kernel takes 1-D labels, one per row) or "leading" (labels.shape == logits.shape[:-1])."""
     labels_shape, logits_shape = labels.shape, logits.shape
     if logits_shape.rank == 0:
         raise ValueError(f"`logits` cannot be a scalar. Received logits={logits}`")
@@ -85,15 +99,45 @@ def _sparse_xent_shape_checks(labels: tf.Tensor, logits: tf.Tensor) -> list:
     if defined and labels_shape != logits_shape[:-1]:
         raise ValueError("`labels.shape` must equal `logits.shape` except for the last dimension. Received: "
                          f"labels.shape={labels_shape} and logits.shape={logits_shape}")
-    if defined:
-        return []
-    if logits_shape.rank == 2:  # TF's kernel takes such labels as they are: 1-D, one per row
-        return [tf.debugging.assert_rank(labels, 1, message="labels must be 1-D"),
-                tf.debugging.assert_equal(tf.shape(labels)[0], tf.shape(logits)[0],
-                                          message="logits and labels must have the same first dimension")]
-    return [tf.debugging.assert_equal(tf.shape(labels), tf.shape(logits)[:-1],
-                                      message="logits and labels must have the same shape except for the last "
-                                              "dimension")]
+    return "none" if defined else "rows" if logits_shape.rank == 2 else "leading"
+
+
+@check
+def _sparse_labels(labels: tf.Tensor, logits_shape: tf.Tensor, classes: tf.Tensor, shapes: str):
+    """TF's run-time checks of sparse labels: their shape (as ``shapes`` says), then their values,
+    with the kernel's message (the smallest label if negative, else the largest, and every label)."""
+    labels_shape = tf.shape(labels)
+    if shapes == "rows":
+        vector = tf.equal(tf.size(labels_shape), 1)
+        shape_ok = vector & tf.equal(tf.reduce_prod(labels_shape[-1:]), logits_shape[0])
+
+        def shape_message() -> tf.Tensor:
+            return tf.cond(vector, lambda: tf.strings.join([
+                "logits and labels must have the same first dimension, got logits shape ", shape_text(logits_shape),
+                " and labels shape ", shape_text(labels_shape)]),
+                lambda: tf.strings.join(["labels must be 1-D, but got shape ", shape_text(labels_shape)]))
+    elif shapes == "leading":
+        leading = logits_shape[:-1]
+        shape_ok = tf.equal(tf.size(labels_shape), tf.size(leading)) & tf.reduce_all(tf.equal(
+            tf.concat([labels_shape, leading], 0)[:tf.size(leading)], leading))
+
+        def shape_message() -> tf.Tensor:
+            return tf.strings.join(["logits and labels must have the same shape except for the last dimension: "
+                                    "labels.shape = ", shape_text(labels_shape), ", logits.shape = ",
+                                    shape_text(logits_shape)])
+    else:
+        shape_ok, shape_message = tf.constant(True), None
+    flat = tf.reshape(labels, [-1])
+    padded = tf.concat([flat, tf.zeros([1], flat.dtype)], 0)  # no minimum of an empty tensor
+    lowest, highest = tf.reduce_min(padded), tf.reduce_max(padded)
+    in_range = (lowest >= 0) & (highest < classes)
+
+    def range_message() -> tf.Tensor:
+        return tf.strings.join(["Received a label value of ", text(tf.where(lowest < 0, lowest, highest)),
+                                " which is outside the valid range of [0, ", text(classes), ").  Label values: ",
+                                joined(flat, " ")])
+
+    return shape_ok & in_range, lambda: tf.cond(shape_ok, range_message, shape_message) if shape_message else range_message()
 
 
 def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
@@ -106,12 +150,8 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
             raise TypeError(f"labels must be int32 or int64; got {labels.dtype.name}")
         dtype = _compute_dtype(logits.dtype)
         classes = tf.shape(logits, out_type=labels.dtype)[-1]
-        checks = _sparse_xent_shape_checks(labels, logits) + [
-            tf.debugging.assert_non_negative(labels, message="Received a label value below 0 (valid range [0, num_classes))"),
-            tf.debugging.assert_less(labels, classes, message="Received a label value outside the valid range [0, num_classes)"),
-        ]
-        with tf.control_dependencies(checks):
-            labels = tf.identity(labels)
+        shapes = _sparse_xent_static_shapes(labels, logits)
+        labels = after(_sparse_labels(labels, tf.shape(logits), tf.cast(classes, labels.dtype), shapes), labels)
 
         @tf.custom_gradient
         def forward(logits_in):

@@ -6,25 +6,39 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfrepro.ops import _stock
+from tfrepro.ops._checks import after, check, shape_text, text
 from tfrepro.ops.segment import reduce_sum, unsorted_segment_sum
 
 
 def _bincount_input(x) -> tuple[tf.Tensor, tf.Tensor | None, tf.Tensor | None]:
-    """A dense, ragged or sparse input as (its values, flat; each value's row for rank 2, else None;
-    the number of rows, or None). Implicit zeros of a SparseTensor are not values, as in TF."""
+    """A dense, ragged or sparse input as (its values, flat; each value's row, int64; the output's
+    leading shape for ``axis=-1``, int64). Rows are None where TF counts all values together (sparse
+    and ragged input of rank other than 2). Implicit zeros of a SparseTensor are not values, as in TF."""
     if isinstance(x, tf.SparseTensor):
         if x.shape.rank == 2:
-            return x.values, x.indices[:, 0], x.dense_shape[0]
+            return x.values, x.indices[:, 0], x.dense_shape[:1]
         return x.values, None, None
     if isinstance(x, tf.RaggedTensor):
         if x.shape.rank == 2:
-            return x.values, x.value_rowids(), x.nrows()
+            return x.values, x.value_rowids(), tf.reshape(x.nrows(), [1])
         return tf.reshape(x.flat_values, [-1]), None, None
     x = tf.convert_to_tensor(x)
-    if x.shape.rank == 2:
-        shape = tf.shape(x, out_type=tf.int64)
-        return tf.reshape(x, [-1]), tf.repeat(tf.range(shape[0]), shape[1]), shape[0]
-    return tf.reshape(x, [-1]), None, None
+    shape = tf.shape(x, out_type=tf.int64)  # rank 1 or 2 (TF's kernel checks), known or not
+    row_length = tf.maximum(tf.reduce_prod(shape[-1:]), 1)
+    return tf.reshape(x, [-1]), tf.range(tf.size(x, out_type=tf.int64)) // row_length, shape[:-1]
+
+
+@check
+def _non_negative(values: tf.Tensor):
+    return tf.reduce_all(values >= 0), lambda: "Input arr must be non-negative!"
+
+
+@check
+def _inner_dimensions(a_shape: tf.Tensor, b_shape: tf.Tensor, inner: tf.Tensor, b_inner: tf.Tensor):
+    return tf.equal(inner, b_inner), lambda: tf.strings.join([
+        "Cannot multiply A and B because inner dimension does not match: ", text(inner), " vs. ", text(b_inner),
+        ".  Did you forget a transpose?  Dimensions of A: [", text(a_shape[0]), ", ", text(a_shape[1]),
+        ").  Dimensions of B: ", shape_text(b_shape)])
 
 
 def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=tf.int32, name=None, axis=None,
@@ -41,21 +55,21 @@ def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=tf.int32, 
     if axis not in (0, -1):
         raise ValueError(f"Unsupported value for argument axis={axis}. Only 0 and -1 are currently supported.")
     with tf.name_scope(name or "DeterministicBincount"):
-        values, rows, num_rows = _bincount_input(arr)
+        values, rows, leading = _bincount_input(arr)
         if not values.dtype.is_integer:
             values = tf.cast(values, tf.int32)
         nonempty = tf.cast(tf.size(values) > 0, values.dtype)
-        with tf.control_dependencies([tf.debugging.assert_non_negative(values, message="Input arr must be non-negative!")]):
-            size = nonempty * (tf.reduce_max(values) + 1)  # 0 for an empty input (its max is the dtype's minimum)
+        values = after(_non_negative(values), values)
+        size = nonempty * (tf.reduce_max(values) + 1)  # 0 for an empty input (its max is the dtype's minimum)
         if minlength is not None:
             size = tf.maximum(tf.convert_to_tensor(minlength, values.dtype), size)
         if maxlength is not None:
             size = tf.minimum(tf.convert_to_tensor(maxlength, values.dtype), size)
-        ids = tf.where(values < size, values, -tf.ones_like(values))
-        shape = tf.reshape(size, [1])
+        ids = tf.where(values < size, tf.cast(values, tf.int64), -1)
+        shape = tf.reshape(tf.cast(size, tf.int64), [1])
         if axis == -1 and rows is not None:  # one row of bins per input row
-            ids = tf.where(ids >= 0, tf.cast(rows, ids.dtype) * size + ids, ids)
-            shape = tf.stack([tf.cast(num_rows, values.dtype), size])
+            ids = tf.where(ids >= 0, rows * shape[0] + ids, ids)
+            shape = tf.concat([leading, shape], 0)
         if weights is None:
             counts = unsorted_segment_sum(tf.ones_like(values, dtype=tf.int32), ids, tf.reduce_prod(shape))
         else:
@@ -74,16 +88,16 @@ def sparse_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=None):
         return _stock.sparse_dense_matmul(sp_a, b, adjoint_a=adjoint_a, adjoint_b=adjoint_b, name=name)
     with tf.name_scope(name or "DeterministicSparseDenseMatmul"):
         b = tf.convert_to_tensor(b)
+        b_shape = tf.shape(b, out_type=tf.int64)
+        a_shape = sp_a.dense_shape
         if adjoint_b:
             b = tf.transpose(b)
         rows, cols = sp_a.indices[:, 0], sp_a.indices[:, 1]
-        out_rows, inner = sp_a.dense_shape[0], sp_a.dense_shape[1]
+        out_rows, inner = a_shape[0], a_shape[1]
         if adjoint_a:
-            rows, cols, out_rows, inner = cols, rows, sp_a.dense_shape[1], sp_a.dense_shape[0]
-        check = tf.debugging.assert_equal(inner, tf.shape(b, out_type=inner.dtype)[0],
-                                          message="Cannot multiply A and B because inner dimension does not match")
-        with tf.control_dependencies([check]):
-            b = tf.identity(b)
+            rows, cols, out_rows, inner = cols, rows, a_shape[1], a_shape[0]
+        b_inner = tf.shape(b, out_type=tf.int64)[0]
+        b = after(_inner_dimensions(a_shape, b_shape, inner, b_inner), b)
 
         @tf.custom_gradient
         def forward(values, dense):

@@ -1,0 +1,245 @@
+"""Every op in tfrepro.ops against TensorFlow's own, on the same inputs, good and bad: the same
+shapes, dtypes and values (within TF's own test tolerances), the same error classes, and for
+run-time errors the same message, raised where TF raises it (at the call, at trace time, or when
+the op runs). Each case runs eagerly, in a ``tf.function``, and in a ``tf.function`` whose
+arguments have unknown static shapes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from tfrepro import _tf
+
+pytestmark = pytest.mark.core  # on the oldest TF too
+
+tf = _tf.import_tf()
+from tfrepro import ops  # noqa: E402  (imports TensorFlow)
+from tfrepro.ops.selection import REPLACEABLE_OPS  # noqa: E402
+
+
+def _bias_grads(bias_add):
+    def run(value, bias, data_format=None):
+        with tf.GradientTape() as tape:
+            tape.watch([value, bias])
+            out = bias_add(value, bias, data_format=data_format)
+            loss = tf.reduce_sum(out * out)
+        return out, tape.gradient(loss, [value, bias])
+    return run
+
+
+def _gather_grads(gather):
+    def run(params, indices, **kwargs):
+        with tf.GradientTape() as tape:
+            tape.watch(params)
+            out = gather(params, indices, **kwargs)
+            loss = tf.reduce_sum(out * out)
+        return out, tf.convert_to_tensor(tape.gradient(loss, params))
+    return run
+
+
+def _image_grads(op):
+    def run(*inputs, **kwargs):
+        floats = [t for t in inputs if t.dtype.is_floating]
+        with tf.GradientTape() as tape:
+            tape.watch(floats)
+            out = op(*inputs, **kwargs)
+            loss = tf.reduce_sum(out * out)
+        return out, tape.gradient(loss, floats)
+    return run
+
+
+def _xent_grads(op):
+    def run(labels, logits):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            out = op(labels=labels, logits=logits)
+        return out, tape.gradient(out, logits)
+    return run
+
+
+def _sparse_matmul(op):
+    def run(indices, values, dense_shape, b, **kwargs):
+        return op(tf.SparseTensor(indices, values, dense_shape), b, **kwargs)
+    return run
+
+
+def _resize(images, size, **kwargs):
+    return tf.raw_ops.ResizeNearestNeighbor(images=images, size=size, **kwargs)
+
+
+# op name -> (TensorFlow's, tfrepro's), each taking tensors first, then keyword options.
+PAIRS: dict[str, tuple[Callable, Callable]] = {
+    "unsorted_segment_sum": (tf.math.unsorted_segment_sum, ops.unsorted_segment_sum),
+    "unsorted_segment_mean": (tf.math.unsorted_segment_mean, ops.unsorted_segment_mean),
+    "unsorted_segment_sqrt_n": (tf.math.unsorted_segment_sqrt_n, ops.unsorted_segment_sqrt_n),
+    "segment_sum": (tf.math.segment_sum, ops.segment_sum),
+    "segment_mean": (tf.math.segment_mean, ops.segment_mean),
+    "reduce_sum": (tf.reduce_sum, ops.reduce_sum),
+    "bias_add": (_bias_grads(tf.nn.bias_add), _bias_grads(ops.bias_add)),
+    "softmax_cross_entropy_with_logits": (_xent_grads(tf.nn.softmax_cross_entropy_with_logits),
+                                          _xent_grads(ops.softmax_cross_entropy_with_logits)),
+    "sparse_softmax_cross_entropy_with_logits": (_xent_grads(tf.nn.sparse_softmax_cross_entropy_with_logits),
+                                                 _xent_grads(ops.sparse_softmax_cross_entropy_with_logits)),
+    "bincount": (tf.math.bincount, ops.bincount),
+    "sparse_dense_matmul": (_sparse_matmul(tf.sparse.sparse_dense_matmul), _sparse_matmul(ops.sparse_dense_matmul)),
+    "gather": (_gather_grads(tf.gather), _gather_grads(ops.gather)),
+    "embedding_lookup": (_gather_grads(tf.nn.embedding_lookup), _gather_grads(ops.embedding_lookup)),
+    "resize_nearest_neighbor": (_image_grads(_resize), _image_grads(ops.resize_nearest_neighbor)),
+    "crop_and_resize": (_image_grads(tf.image.crop_and_resize), _image_grads(ops.crop_and_resize)),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str
+    what: str
+    inputs: tuple
+    options: tuple = ()  # keyword options, as (name, value) pairs
+
+    def __str__(self) -> str:
+        return f"{self.op}: {self.what}"
+
+
+_rng = np.random.default_rng(0)
+F = _rng.standard_normal((6, 3)).astype(np.float32)
+IMAGES = _rng.standard_normal((2, 5, 6, 3)).astype(np.float32)
+BOXES = np.array([[0.1, 0.2, 0.8, 0.9], [0.5, 0.0, 1.0, 0.4], [-0.2, 0.3, 1.2, 0.7]], np.float32)
+LOGITS = _rng.standard_normal((4, 5)).astype(np.float32)
+SPARSE = (np.array([[0, 1], [0, 4], [2, 0], [2, 2]], np.int64), np.array([1.5, -2.0, 0.25, 3.0], np.float32))
+
+CASES = [
+    Case("unsorted_segment_sum", "float32, negative ids dropped", (F, np.array([0, 2, -1, 1, 2, 0], np.int32), np.int32(4))),
+    Case("unsorted_segment_sum", "2-D ids, float64", (F.astype(np.float64).reshape(2, 3, 3), np.array([[0, 1, 1], [2, 0, 1]]), np.int32(3))),
+    Case("unsorted_segment_sum", "int64 ids and num_segments", (F, np.array([0, 2, 0, 1, 2, 1], np.int64), np.int64(3))),
+    Case("unsorted_segment_sum", "int32 data", (np.arange(12, dtype=np.int32).reshape(6, 2), np.array([1, 0, 1, 1, 0, 0], np.int32), np.int32(2))),
+    Case("unsorted_segment_sum", "empty data", (np.zeros((0, 3), np.float32), np.zeros([0], np.int32), np.int32(2))),
+    Case("unsorted_segment_sum", "an id >= num_segments", (F, np.array([0, 1, 5, 1, 7, 0], np.int32), np.int32(3))),
+    Case("unsorted_segment_sum", "2-D ids, an id >= num_segments", (F.reshape(2, 3, 3), np.array([[0, 1, 1], [2, 9, 1]]), np.int32(3))),
+    Case("unsorted_segment_sum", "ids not a prefix of data's shape", (F, np.array([0, 1, 1], np.int32), np.int32(2))),
+    Case("unsorted_segment_mean", "int64 num_segments", (F, np.array([0, 2, 0, 1, 2, 1], np.int32), np.int64(4))),
+    Case("unsorted_segment_mean", "an id >= num_segments", (F, np.array([0, 2, 0, 3, 2, 1], np.int32), np.int32(3))),
+    Case("unsorted_segment_sqrt_n", "float64", (F.astype(np.float64), np.array([0, 2, 0, -1, 2, 1], np.int32), np.int32(3))),
+    Case("segment_sum", "sorted ids with a gap", (F, np.array([0, 0, 2, 2, 3, 3], np.int32))),
+    Case("segment_sum", "int64 ids", (F, np.array([0, 0, 1, 1, 1, 4], np.int64))),
+    Case("segment_sum", "ids not increasing", (F, np.array([0, 2, 1, 2, 2, 3], np.int32))),
+    Case("segment_sum", "a negative last id", (F, np.array([0, 0, 0, 0, 0, -1], np.int32))),
+    Case("segment_sum", "a negative first id", (F, np.array([-1, 0, 0, 1, 1, 1], np.int32))),
+    Case("segment_sum", "an id too large, then a smaller one", (F, np.array([0, 5, 1, 1, 1, 1], np.int32))),
+    Case("segment_sum", "too few ids", (F, np.array([0, 0, 1], np.int32))),
+    Case("segment_mean", "sorted ids", (F, np.array([0, 1, 1, 1, 3, 3], np.int32))),
+    Case("segment_mean", "ids not increasing", (F, np.array([1, 0, 1, 1, 2, 3], np.int32))),
+    Case("reduce_sum", "all axes", (F,)),
+    Case("reduce_sum", "axis 0, keepdims", (F,), (("axis", 0), ("keepdims", True))),
+    Case("reduce_sum", "negative axis, float16", (F.astype(np.float16),), (("axis", -1),)),
+    Case("reduce_sum", "axis out of range", (F,), (("axis", 2),)),
+    Case("bias_add", "NHWC", (IMAGES, np.array([0.5, -1.0, 2.0], np.float32))),
+    Case("bias_add", "NCHW", (IMAGES.transpose(0, 3, 1, 2), np.array([0.5, -1.0, 2.0], np.float32)), (("data_format", "NCHW"),)),
+    Case("bias_add", "bias of the wrong size", (F, np.ones([4], np.float32))),
+    Case("bias_add", "bias not 1-D", (F, np.ones([1, 3], np.float32))),
+    Case("softmax_cross_entropy_with_logits", "soft labels", (np.abs(LOGITS) / np.abs(LOGITS).sum(1, keepdims=True), LOGITS)),
+    Case("softmax_cross_entropy_with_logits", "labels of another shape", (np.ones((4, 4), np.float32), LOGITS)),
+    Case("sparse_softmax_cross_entropy_with_logits", "int32 labels", (np.array([0, 4, 2, 2], np.int32), LOGITS)),
+    Case("sparse_softmax_cross_entropy_with_logits", "int64 labels, 3-D logits", (np.array([[0, 4], [1, 3]], np.int64), LOGITS.reshape(2, 2, 5))),
+    Case("sparse_softmax_cross_entropy_with_logits", "a label >= classes", (np.array([0, 5, 2, 7], np.int32), LOGITS)),
+    Case("sparse_softmax_cross_entropy_with_logits", "a negative label", (np.array([0, 1, -1, 2], np.int32), LOGITS)),
+    Case("sparse_softmax_cross_entropy_with_logits", "labels of another length", (np.array([0, 1, 2], np.int32), LOGITS)),
+    Case("sparse_softmax_cross_entropy_with_logits", "2-D labels for 2-D logits", (np.array([[0], [1], [2], [3]], np.int32), LOGITS)),
+    Case("bincount", "1-D", (np.array([1, 1, 4, 0, 2], np.int32),)),
+    Case("bincount", "weights and minlength", (np.array([1, 1, 4, 0, 2], np.int32), np.arange(5, dtype=np.float32)), (("minlength", 7),)),
+    Case("bincount", "2-D per row, binary", (np.array([[1, 1, 3], [0, 2, 2]], np.int32),), (("axis", -1), ("binary_output", True))),
+    Case("bincount", "maxlength", (np.array([1, 1, 4, 0, 2], np.int32),), (("maxlength", 3),)),
+    Case("bincount", "a negative value", (np.array([1, -2, 3], np.int32),)),
+    Case("sparse_dense_matmul", "A x B", (*SPARSE, np.array([3, 5], np.int64), _rng.standard_normal((5, 2)).astype(np.float32))),
+    Case("sparse_dense_matmul", "A' x B'", (*SPARSE, np.array([3, 5], np.int64), _rng.standard_normal((2, 3)).astype(np.float32)),
+         (("adjoint_a", True), ("adjoint_b", True))),
+    Case("sparse_dense_matmul", "inner dimensions differ", (*SPARSE, np.array([3, 5], np.int64), np.ones((4, 2), np.float32))),
+    Case("gather", "repeated indices", (F, np.array([[0, 5], [5, 1]], np.int32))),
+    Case("gather", "axis 1", (F, np.array([2, 0, 2], np.int64)), (("axis", 1),)),
+    Case("gather", "an index out of range", (F, np.array([0, 9], np.int32))),
+    Case("embedding_lookup", "repeated ids", (F, np.array([3, 3, 0, 1], np.int32))),
+    Case("resize_nearest_neighbor", "x2, half-pixel centres", (IMAGES, np.array([10, 12], np.int32)), (("half_pixel_centers", True),)),
+    Case("resize_nearest_neighbor", "down, aligned corners", (IMAGES, np.array([3, 4], np.int32)), (("align_corners", True),)),
+    Case("resize_nearest_neighbor", "not 4-D", (IMAGES[0], np.array([3, 4], np.int32))),
+    Case("crop_and_resize", "bilinear, boxes beyond the image", (IMAGES, BOXES, np.array([0, 1, 1], np.int32), np.array([4, 3], np.int32))),
+    Case("crop_and_resize", "nearest, a 1x1 crop", (IMAGES, BOXES, np.array([1, 0, 1], np.int32), np.array([1, 1], np.int32)),
+         (("method", "nearest"),)),
+    Case("crop_and_resize", "a box index out of range", (IMAGES, BOXES, np.array([0, 2, 1], np.int32), np.array([2, 2], np.int32))),
+]
+
+MODES = ("eager", "function", "unknown_shapes")
+
+
+def _run(fn: Callable, case: Case, mode: str):
+    """``fn(*inputs, **options)`` in ``mode``: its result as NumPy arrays, or the exception it raised."""
+    options = dict(case.options)
+    tensors = [tf.constant(x) for x in case.inputs]
+    try:
+        if mode == "eager":
+            result = fn(*tensors, **options)
+        else:
+            signature = [tf.TensorSpec(None if mode == "unknown_shapes" else t.shape, t.dtype) for t in tensors]
+            result = tf.function(lambda *args: fn(*args, **options), input_signature=signature, autograph=False)(*tensors)
+        return tf.nest.map_structure(lambda t: np.asarray(t), result)
+    except (tf.errors.OpError, ValueError, TypeError) as error:
+        return error
+
+
+def _core(message: str) -> str:
+    """A run-time error's message without what frames it: TF's function-node prefix, op suffix,
+    graph node trace, and the ``assertion failed: [...]`` of an Assert op (which escapes quotes)."""
+    asserted = re.search(r"assertion failed: \[(.*)\]", message)
+    if asserted:
+        return asserted.group(1).replace("\\'", "'")
+    line = message.strip().splitlines()[0]
+    line = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)
+    return re.sub(r"\s*\[Op:\w+\]( name:.*)?$", "", line)
+
+
+# TF's Python-level asserts name the graph tensors they compared; such messages cannot be matched.
+_NAMES_GRAPH_TENSORS = re.compile(r"\(\S+:\d+\) = ")
+
+
+def _tolerance(dtype: np.dtype) -> dict:
+    return {np.float16: dict(rtol=1e-3, atol=1e-3), np.float64: dict(rtol=1e-12, atol=1e-12)}.get(
+        dtype.type, dict(rtol=1e-5, atol=1e-6))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_tfrepro_op_matches_tensorflow(case: Case, mode: str):
+    reference, ours = PAIRS[case.op]
+    expected, got = _run(reference, case, mode), _run(ours, case, mode)
+    if isinstance(expected, Exception):
+        assert type(got) is type(expected), f"TF raised {type(expected).__name__}: {expected}; tfrepro gave {got!r}"
+        if isinstance(expected, tf.errors.OpError) and not _NAMES_GRAPH_TENSORS.search(str(expected)):
+            assert _core(str(got)) == _core(str(expected))
+        return
+    assert not isinstance(got, Exception), f"TF gave a result; tfrepro raised {got!r}"
+    for want, have in zip(tf.nest.flatten(expected), tf.nest.flatten(got), strict=True):
+        assert have.dtype == want.dtype and have.shape == want.shape, (have.dtype, have.shape, want.dtype, want.shape)
+        np.testing.assert_allclose(have, want, **_tolerance(want.dtype))
+
+
+def test_every_op_has_parity_cases_good_and_bad():
+    assert {case.op for case in CASES} == set(PAIRS) == set(REPLACEABLE_OPS) | {"reduce_sum"}
+    rejected = {case.op for case in CASES if isinstance(_run(PAIRS[case.op][0], case, "eager"), Exception)}
+    assert rejected == set(PAIRS) - {"unsorted_segment_sqrt_n", "embedding_lookup"}
+
+
+@pytest.mark.parametrize("ids, expected", [
+    ([0, 0, 0, -1], "segment ids must be >= 0"),
+    ([0, 2, 1, -1], "segment ids must be >= 0"),
+    ([0, 2, 1, 3], "segment ids are not increasing"),
+])
+def test_a_bad_sorted_id_gives_one_stable_message(ids, expected):
+    messages = set()
+    for _ in range(5):
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            tf.function(ops.segment_sum, autograph=False)(tf.ones([4, 2]), tf.constant(ids))
+        messages.add(_core(str(raised.value)))
+    assert messages == {expected}
