@@ -23,7 +23,8 @@ FLOORS = [
     {"determinism"},
     {"proof"},
     {"testing", "launching"},
-    {"examples"},
+    {"examples", "sweeps"},
+    {"plotting"},
     {"cli"},
     {"__init__", "__main__"},
 ]

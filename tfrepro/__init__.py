@@ -7,8 +7,8 @@ Call ``tfrepro.patch(seed)`` before building the model, or run an unmodified scr
 The package is laid out by verb, lowest first (a module imports only from its own floor or below):
 ``_tf`` and ``errors`` (the ground floor), ``ops`` (deterministic ops and Keras drop-ins),
 ``determinism`` (patch, switches, seeding, status), ``proof`` (fingerprints, traces, the callback,
-comparisons, verify), ``launching`` (``tfrepro run``/``check``), ``examples``, ``cli``; ``testing``
-sits on ``proof``.
+comparisons, verify), ``launching`` (``tfrepro run``/``check``), ``examples`` and ``sweeps`` (seed
+sweeps and their statistics), ``plotting``, ``cli``; ``testing`` sits on ``proof``.
 """
 
 import importlib
@@ -34,15 +34,17 @@ __all__ = [
     "DivergenceError",
     "EnvDifference",
     "NotComparableError",
-    "ReproducibilityCallback",
     "Report",
+    "ReproducibilityCallback",
     "ReproducibilityWarning",
     "Setting",
+    "SweepResult",
     "Trace",
     "TraceError",
     "Verification",
     "__version__",
     "compare",
+    "compare_sweeps",
     "derive_seed",
     "enable_determinism",
     "environment",
@@ -52,11 +54,15 @@ __all__ = [
     "ops",
     "patch",
     "patched",
+    "plot_runs",
+    "plot_sweeps",
     "read_trace",
+    "report_metric",
     "rng_state",
     "seed_everything",
     "set_rng_state",
     "status",
+    "sweep",
     "testing",
     "unpatch",
     "verify",
@@ -83,10 +89,20 @@ class _ModuleAlias(types.ModuleType):
 layers = sys.modules.setdefault(f"{__name__}.layers", _ModuleAlias(f"{__name__}.layers", "tfrepro.ops.layers"))
 
 
-def __getattr__(name: str) -> Any:
-    """Names that import TensorFlow (and Keras) load on first use, never at ``import tfrepro``."""
-    if name == "ReproducibilityCallback":
-        from tfrepro.proof.callback import ReproducibilityCallback
+# Names that load on first use: they import TensorFlow (and Keras), or NumPy, SciPy and matplotlib.
+_LAZY = {
+    "ReproducibilityCallback": "tfrepro.proof.callback",
+    "sweep": "tfrepro.sweeps.running",
+    "SweepResult": "tfrepro.sweeps.statistics",
+    "compare_sweeps": "tfrepro.sweeps.statistics",
+    "report_metric": "tfrepro.sweeps.metrics",
+    "plot_runs": "tfrepro.plotting.figures",
+    "plot_sweeps": "tfrepro.plotting.figures",
+}
 
-        return ReproducibilityCallback
+
+def __getattr__(name: str) -> Any:
+    """The ``_LAZY`` names, imported on first use, never at ``import tfrepro``."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tfrepro' has no attribute {name!r}")

@@ -106,3 +106,9 @@ def test_mnist_loader_prefers_the_keras_cache_and_falls_back_offline(tmp_path, m
     cached = datasets.load_mnist(allow_download=False, limit=8)
     assert cached.source == "keras-mnist" and cached.x_train.shape == (8, 28, 28, 1)
     assert np.array_equal(cached.x_train[0, ..., 0], images[0] / np.float32(255.0))
+
+
+def test_piped_output_is_plain_text_even_where_color_is_forced():
+    """FORCE_COLOR (CI systems, notebook kernels) must not put escape codes or progress bars in a pipe."""
+    proc = run_tfrepro("status", env=clean_env(FORCE_COLOR="1", TERM="xterm-256color"))
+    assert proc.returncode == 0 and "op determinism" in proc.stdout and "\x1b[" not in proc.stdout

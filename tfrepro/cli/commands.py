@@ -12,9 +12,9 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tfrepro._version import __version__
 from tfrepro.cli.exit_codes import ExitCode
@@ -45,8 +45,9 @@ def _onednn(value: str) -> bool:
     return value == "on"
 
 
-def _add_launch_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seed", type=int, default=0, help="the seed (default 0), also PYTHONHASHSEED")
+def _add_launch_options(parser: argparse.ArgumentParser, seed: bool = True) -> None:
+    if seed:
+        parser.add_argument("--seed", type=int, default=0, help="the seed (default 0), also PYTHONHASHSEED")
     parser.add_argument("--threads", type=int, default=None, help="pin TF's intra/inter-op thread pools to N")
     parser.add_argument("--onednn", type=_onednn, default=None, metavar="on|off", help="set TF_ENABLE_ONEDNN_OPTS")
     parser.add_argument("--ops", action="store_true", help="patch(ops=True): use tfrepro.ops' order-invariant ops")
@@ -127,11 +128,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from tfrepro.proof.comparison import compare
     from tfrepro.proof.traces import TraceError
 
+    if args.metric is not None and not args.plot:
+        raise LaunchError("--metric chooses what --plot draws; give --plot PNG too")
+    _check_plot_path(args.plot)
     try:
         comparison = compare(args.a, args.b)
     except (OSError, TraceError) as exc:
         return _fail("compare", str(exc))
     rendering.show(rendering.comparison_view(comparison), str(comparison))
+    if args.plot:
+        from tfrepro.plotting.figures import plot_runs
+
+        _save_figure(lambda: plot_runs([args.a, args.b], metric=args.metric or "loss", labels=["A", "B"]), args.plot)
     if not comparison.comparable:
         return ExitCode.USAGE
     return ExitCode.OK if comparison.identical else ExitCode.DIVERGED
@@ -187,6 +195,76 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return _check_exit_code(results[-1])
 
 
+def _check_plot_path(path: str | None) -> None:
+    """Fail before any work on a --plot path that cannot be written: an image format matplotlib
+    does not write, or a folder that does not exist."""
+    if path is None:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase  # ImportError: names the extra to install
+
+    suffix = Path(path).suffix.lstrip(".").lower()
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in formats:
+        raise LaunchError(f"--plot {path}: name an image file ending in one of .{', .'.join(sorted(formats))}")
+    if not Path(path).resolve().parent.is_dir():
+        raise LaunchError(f"--plot {path}: the folder {Path(path).resolve().parent} does not exist")
+
+
+def _save_figure(draw: Callable[[], Any], path: str) -> None:
+    """Draw a figure and save it; a figure that cannot be drawn or written is a user error."""
+    try:
+        draw().savefig(path, dpi=120)
+    except (OSError, ValueError) as exc:  # nothing to draw, an unwritable path, an unknown image format
+        raise LaunchError(f"cannot plot to {path}: {exc}") from exc
+    print(f"plot: {path}")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from tfrepro.cli import rendering
+    from tfrepro.sweeps.running import merge_sweeps, parse_seeds, parse_shard, run_sweep
+
+    command = list(args.command)
+    if command[:1] == ["merge"]:  # tfrepro sweep merge DIR... [--out DIR] [--plot PNG]
+        given = [f"--{name}" for name in ("seeds", "metric", "best", "shard", "jobs") if getattr(args, name) is not None]
+        if given:
+            raise LaunchError(f"merge takes sweep folders, --out and --plot; {', '.join(given)} belong to a sweep run")
+        merge = _Parser(prog="tfrepro sweep merge", description="Combine the results of a sweep's shards.")
+        merge.add_argument("folders", nargs="+", help="the --out folders of the shards")
+        merge.add_argument("--out", default=args.out, help="write the merged sweep.json and sweep.csv here")
+        merge.add_argument("--plot", default=args.plot, metavar="PNG", help="also draw the seeds' distribution")
+        merged = merge.parse_args(command[1:])
+        args.plot = merged.plot
+        _check_plot_path(args.plot)
+        result = merge_sweeps([Path(folder) for folder in merged.folders])
+        out = _out_dir(merged.out, "tfrepro-sweep-") if merged.out else None
+        if out is not None:
+            result.save(out)
+    else:
+        seeds = parse_seeds(args.seeds or "0-4")
+        if args.shard:
+            index, count = parse_shard(args.shard)
+            seeds = seeds[index::count]
+        jobs = 1 if args.jobs is None else args.jobs
+        if jobs < 1:
+            raise LaunchError(f"--jobs must be at least 1; got {jobs}")
+        if not seeds:
+            raise LaunchError(f"no seeds to run: shard {args.shard} of --seeds {args.seeds or '0-4'} holds none")
+        _check_plot_path(args.plot)
+        command = _command(args)
+        bootstrap_command(command)  # fail fast on a bad command: all checks come before any folder is made
+        config = LaunchConfig(threads=args.threads, onednn=args.onednn, ops=args.ops)
+        out = _out_dir(args.out, "tfrepro-sweep-")
+        result = rendering.with_progress(f"tfrepro sweep: {len(seeds)} seeds", len(seeds), lambda on_run: run_sweep(
+            command, seeds, config=config, out=out, metric=args.metric or "loss", best=args.best, jobs=jobs,
+            on_run=on_run))
+    rendering.print_sweep(result, out)
+    if args.plot:
+        from tfrepro.plotting.figures import plot_sweeps
+
+        _save_figure(lambda: plot_sweeps(result), args.plot)
+    return ExitCode.USAGE if result.failed else ExitCode.OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfrepro", description="Reproducible TensorFlow/Keras training.")
     parser.add_argument("--version", action="version", version=f"tfrepro {__version__}")
@@ -215,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
                              description="Exit 0 identical, 1 diverged, 2 unusable input or not comparable.")
     compare.add_argument("a", help="trace file (JSON Lines)")
     compare.add_argument("b", help="trace file (JSON Lines)")
+    compare.add_argument("--plot", metavar="PNG", help="also draw both runs' curves, the divergence marked")
+    compare.add_argument("--metric", default=None, help="the logged value --plot draws (default loss)")
     compare.set_defaults(func=cmd_compare, parser=compare)
 
     demo = sub.add_parser("demo", help="train the Keras MNIST CNN twice, without seeds, with seeds, with tfrepro",
@@ -232,6 +312,32 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder, "
                                                   "kept; its path is printed)")
     demo.set_defaults(func=cmd_demo, parser=demo)
+
+    sweep = sub.add_parser("sweep", help="run a script once per seed and report the spread of a metric",
+                           description="Run an unmodified script once per seed, each in a fresh interpreter as "
+                                       "`tfrepro run --seed S` runs it, and print each seed's metric with the mean, "
+                                       "std, range and a 95%% confidence interval. The metric is what the script "
+                                       "reported with tfrepro.report_metric(NAME, value), else NAME's value in "
+                                       "the final epoch of its last Model.fit (or the best epoch's, with --best). Each run records its "
+                                       "Model.fit calls as `tfrepro check` does, so it loads TensorFlow. "
+                                       "Results go to --out as sweep.json and sweep.csv; rerun with the same --out "
+                                       "and finished seeds are skipped. `tfrepro sweep merge DIR... [--out DIR]` "
+                                       "combines the folders of shards. Exit 0 every seed gave a value, 2 "
+                                       "otherwise or on bad input.")
+    sweep.add_argument("--seeds", default=None, help="seeds: 0-9, 0,3,7 or a mix (default 0-4)")
+    sweep.add_argument("--metric", default=None, help="the metric to read (default loss)")
+    sweep.add_argument("--best", choices=["min", "max"], default=None,
+                       help="take the lowest/highest epoch value instead of the final one (a metric the script "
+                            "reported is taken as reported)")
+    sweep.add_argument("--jobs", type=int, default=None, help="seeds run at once (default 1)")
+    sweep.add_argument("--shard", default=None, metavar="K/N", help="run only every N-th seed from the K-th (0-based), "
+                                                                   "for a job array; give each shard its own --out "
+                                                                   "and merge them after")
+    sweep.add_argument("--out", default=None, help="results folder (default: a new temporary folder, kept; its path "
+                                                   "is printed)")
+    sweep.add_argument("--plot", metavar="PNG", help="also draw the seeds' distribution to this image")
+    _add_launch_options(sweep, seed=False)
+    sweep.set_defaults(func=cmd_sweep, parser=sweep)
 
     env = sub.add_parser("env", help="print this machine's environment fingerprint")
     env.add_argument("--json", action="store_true", help="machine-readable JSON")

@@ -12,6 +12,6 @@ class ExitCode(enum.IntEnum):
     """compare/check/demo: the runs diverged (the first divergence is printed)."""
     USAGE = 2
     """A user error (bad arguments, missing script or command, unusable or incomparable trace), or a
-    checked run failed or never called Model.fit."""
+    checked run failed or never called Model.fit, or a sweep's seed gave no value."""
     INTERRUPTED = 130
     """Ctrl-C (128 + SIGINT), as a shell reports it."""

@@ -1,9 +1,10 @@
-"""Everything the ``tfrepro`` command prints: status reports, comparisons, check and demo results,
-progress. On a terminal: rich tables and a progress bar. In a pipe or a log file: plain text, never
+"""Everything the ``tfrepro`` command prints: status reports, comparisons, check, demo and sweep
+results, progress. On a terminal: rich tables and a progress bar. In a pipe or a log file: plain text, never
 cut or wrapped (the library objects' own ``str()``), and no progress display."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,6 +17,7 @@ from rich.text import Text
 from tfrepro.determinism.reporting import Report
 from tfrepro.launching.checking import CheckResult
 from tfrepro.proof.comparison import Comparison
+from tfrepro.sweeps.statistics import SweepResult
 
 T = TypeVar("T")
 _REPORT_STYLE = {True: "green", False: "bold red", None: "dim"}
@@ -24,8 +26,11 @@ _VERDICT_STYLE = {"identical": "bold green", "diverged": "bold red", "not compar
 
 
 def console() -> Console:
-    out = Console()
-    out.soft_wrap = not out.is_terminal  # in a pipe, lines stay whole
+    """A terminal gets rich output; a pipe or file gets plain text, also where FORCE_COLOR or a
+    notebook kernel's environment would make rich draw escape codes and progress bars into it."""
+    interactive = sys.stdout.isatty()
+    out = Console(force_terminal=None if interactive else False, force_jupyter=False)
+    out.soft_wrap = not interactive  # in a pipe, lines stay whole
     return out
 
 
@@ -90,7 +95,7 @@ def environment_view(env: dict[str, Any]) -> Pretty:
     return Pretty(env, expand_all=True)
 
 
-def with_progress(label: str, runs: int, work: Callable[[Callable[[int], None]], T]) -> T:
+def with_progress(label: str, runs: int, work: Callable[[Callable[[Any], None]], T]) -> T:
     """Run ``work(on_run)`` under a progress bar that advances once per finished run (on a terminal)."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -157,3 +162,32 @@ def print_demo_arm(label: str, result: CheckResult, losses: list[list[float]], e
         first = result.comparison.first_divergence.comparison.divergence
         out.print(f"  first divergence: {first}", markup=False, highlight=False)
     out.print(f"  expected: {expectation}", markup=False, highlight=False, style="dim")
+
+
+def sweep_table(result: SweepResult) -> Table:
+    table = Table(title=f"{result.metric} over {len(result.runs)} seeds", show_lines=False)
+    table.add_column("seed", justify="right")
+    table.add_column(result.metric, justify="right")
+    table.add_column("note")
+    for run in result.runs:
+        if run.status == "ok":
+            table.add_row(str(run.seed), repr(run.value), "")
+        else:
+            table.add_row(str(run.seed), Text(run.status, style="bold red"), run.detail)
+    return table
+
+
+def print_sweep(result: SweepResult, out: Path | None) -> None:
+    """The per-seed table, then the summary (mean, std, range, CI) and where the results are."""
+    show(sweep_table(result), str(result).rsplit("\n", 1)[0] if len(result.values) else str(result))
+    out_console = console()
+    if len(result.values):
+        out_console.print(str(result.summary()), markup=False, highlight=False)
+    if result.source:
+        out_console.print(f"metric: {result.source}", markup=False, highlight=False)
+    if result.failed:
+        out_console.print(Text(f"{len(result.failed)} seed(s) gave no value: "
+                               + ", ".join(str(run.seed) for run in result.failed), style="bold red"))
+    if out is not None:
+        out_console.print(f"results (sweep.json, sweep.csv) and each seed's logs and traces: {out}", markup=False,
+                          highlight=False)

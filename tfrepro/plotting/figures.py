@@ -1,0 +1,109 @@
+"""The figures: ``plot_runs`` and ``plot_sweeps``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tfrepro.proof.comparison import compare
+from tfrepro.proof.traces import Trace, bits_float, read_trace
+from tfrepro.sweeps.statistics import SweepResult, mean_interval
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError("plots need matplotlib: pip install 'tfrepro[plot]'") from exc
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _series(trace: Trace, metric: str) -> tuple[list[int], list[float], str]:
+    """(steps, values, record type) of ``metric``: per batch where recorded, else per epoch."""
+    for kind in ("batch", "epoch"):
+        records = [r for r in trace.of_type(kind) if metric in r.get("bits", {})]
+        if records:
+            return [r["step"] for r in records], [bits_float(r["bits"][metric]) for r in records], kind
+    return [], [], ""
+
+
+def plot_runs(traces: Sequence[str | os.PathLike], *, metric: str = "loss",
+              labels: Sequence[str] | None = None) -> Figure:
+    """``metric`` over training steps for each trace, overlaid, with the first divergence of each run
+    from the first marked (a dashed line at its step). Per-batch values where the traces have them."""
+    if isinstance(traces, (str, os.PathLike)):
+        raise TypeError("plot_runs takes a list of trace paths, e.g. plot_runs([a, b])")
+    traces = list(traces)
+    if not traces:
+        raise ValueError("plot_runs needs at least one trace")
+    labels = list(labels) if labels is not None else [os.path.basename(os.fspath(t)) for t in traces]
+    if len(labels) != len(traces):
+        raise ValueError(f"{len(labels)} labels for {len(traces)} traces")
+    figure = _new_figure(7, 4)
+    axes = figure.subplots()
+    kinds = []
+    for index, (path, label) in enumerate(zip(traces, labels)):
+        steps, values, kind = _series(read_trace(path, strict=False), metric)
+        if not steps:
+            continue
+        kinds.append(kind)
+        line, = axes.plot(steps, values, label=label, alpha=0.85, linewidth=1.2,
+                          linestyle="-" if index == 0 else "--")
+        if index:
+            divergence = compare(traces[0], path).divergence
+            if divergence is not None and divergence.step is not None:
+                axes.axvline(divergence.step, color=line.get_color(), linestyle=":", linewidth=1.5)
+                axes.annotate(f"{label} diverges: step {divergence.step}", (divergence.step, np.nanmax(values)),
+                              fontsize=8, color=line.get_color(), rotation=90, va="top", ha="right")
+    if not kinds:
+        raise ValueError(f"no trace records {metric!r}")
+    axes.set_xlabel("step")
+    axes.set_ylabel(metric)
+    axes.set_title(f"{metric} per {' / '.join(sorted(set(kinds)))}: {len(kinds)} runs")
+    axes.legend(fontsize=8)
+    return figure
+
+
+def plot_sweeps(*sweeps: SweepResult | Sequence[float], labels: Sequence[str] | None = None) -> Figure:
+    """The per-seed values of one or more sweeps: a box plot with every seed's value over it, and
+    each sweep's mean with its 95% confidence interval."""
+    if not sweeps:
+        raise ValueError("plot_sweeps needs at least one sweep")
+    results = [s if isinstance(s, SweepResult) else SweepResult.of(_numbers(s)) for s in sweeps]
+    values = [result.values for result in results]
+    if any(not len(v) or not np.all(np.isfinite(v)) for v in values):
+        raise ValueError("every sweep needs at least one value, all finite")
+    labels = list(labels) if labels is not None else [chr(ord("A") + i) for i in range(len(sweeps))]
+    if len(labels) != len(sweeps):
+        raise ValueError(f"{len(labels)} labels for {len(sweeps)} sweeps")
+    figure = _new_figure(max(4.5, 2.2 + 1.6 * len(sweeps)), 4)
+    axes = figure.subplots()
+    positions = np.arange(1, len(values) + 1)
+    axes.boxplot(values, positions=positions, widths=0.5, showfliers=False)
+    jitter = np.random.default_rng(0)  # a fixed spread of the points: the figure is reproducible too
+    for position, group in zip(positions, values):
+        axes.scatter(position + jitter.uniform(-0.12, 0.12, len(group)), group, s=14, alpha=0.7, zorder=3)
+        if len(group) > 1:
+            mean = float(np.mean(group))
+            low, high = mean_interval(group)
+            axes.errorbar(position + 0.32, mean, yerr=[[mean - low], [high - mean]], fmt="D", color="black",
+                          markersize=4, capsize=3)
+    axes.set_xticks(positions, labels)
+    metric = next((r.metric for r in results if r.metric), "value")
+    axes.set_ylabel(metric)
+    axes.set_title(f"{metric} over seeds")
+    axes.set_xlabel("box: quartiles; dots: seeds; diamond: mean with 95% CI", fontsize=8)
+    return figure
+
+
+def _numbers(sweep: object) -> list[float]:
+    try:
+        return [float(value) for value in sweep]  # type: ignore[union-attr]
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"a sweep is a SweepResult or a sequence of numbers; got {sweep!r}") from exc

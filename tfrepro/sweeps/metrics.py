@@ -1,0 +1,63 @@
+"""A run's metric: reported by the script (``report_metric``) or read from its ``Model.fit`` trace.
+TF-free: reporting and reading need only JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from pathlib import Path
+
+from tfrepro.launching.config import ENV_NAMES
+from tfrepro.proof.traces import bits_float, read_trace
+
+REPORTED = "metrics.json"  # in the run's trace folder
+
+
+def report_metric(name: str, value: float) -> None:
+    """Report a script's result (e.g. a final test accuracy) to ``tfrepro sweep``, which reads it
+    by ``--metric NAME``. Outside a tfrepro launcher this does nothing, so scripts may call it
+    unconditionally. The file is rewritten atomically: a crash never leaves half of it."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"the metric name must be a non-empty string; got {name!r}")
+    value = float(value)
+    folder = os.environ.get(ENV_NAMES["trace_dir"])
+    if not folder:
+        return
+    path = Path(folder) / REPORTED
+    reported = json.loads(path.read_text()) if path.exists() else {}
+    reported[name] = value if math.isfinite(value) else repr(value)
+    write_atomically(path, json.dumps(reported, indent=1, sort_keys=True))
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the whole new one, never a
+    part: a temporary file of a name no other process or thread uses, fsynced, then renamed."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(temporary, "w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+
+
+def read_metric(folder: Path, name: str, best: str | None = None) -> tuple[float, str]:
+    """The run's ``name``: what the script reported, else from its last ``Model.fit`` trace, the
+    final epoch's value (``best=None``) or the lowest/highest over the epochs (``best="min"|"max"``).
+    Returns (value, where it came from). Raises ``LookupError`` saying what the run has."""
+    reported_path = folder / REPORTED
+    reported = json.loads(reported_path.read_text()) if reported_path.exists() else {}
+    if name in reported:
+        return float(reported[name]), "reported by the script"
+    traces = sorted(folder.glob("fit-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
+    epochs = read_trace(traces[-1], strict=False).of_type("epoch") if traces else []
+    series = [bits_float(record["bits"][name]) for record in epochs if name in record.get("bits", {})]
+    if not series:
+        logged = sorted({key for record in epochs for key in record.get("bits", {})})
+        raise LookupError(f"no metric {name!r}: the script reported {sorted(reported) or 'none'}, and its last "
+                          f"Model.fit logged {logged or 'no epochs'}")
+    if best is None:
+        return series[-1], f"final epoch ({len(series)}) of the last Model.fit"
+    pick = min if best == "min" else max
+    return pick(series), f"{'lowest' if best == 'min' else 'highest'} over {len(series)} epochs of the last Model.fit"
