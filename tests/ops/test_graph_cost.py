@@ -52,3 +52,24 @@ def test_inlined_kernels_cost_hundreds_of_nodes_per_instance_negative_control():
         return _exact_sum.segment_sum_2d(data, tf.constant(IDS), tf.constant(3), _exact_sum.current_plan())
 
     assert all(nodes > 500 and functions > 0 for nodes, functions in _added_by_each_instance(inlined, gradient=False))
+
+
+def test_a_trace_is_kept_apart_per_context_and_keeps_the_device_scope():
+    """A kernel traced outside XLA is not reused under XLA (TF's own cache would), and the call of a
+    shared trace runs on the device its scope names."""
+    images = tf.constant(np.random.default_rng(1).standard_normal((1, 4, 5, 2)), tf.float32)
+
+    def backprop(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = ops.resize_nearest_neighbor(x, [8, 10])
+        return tape.gradient(y, x)
+
+    plain = tf.function(backprop, autograph=False)(images)
+    compiled = tf.function(backprop, autograph=False, jit_compile=True)(images)  # compiles: no string ops inside
+    assert np.array_equal(plain.numpy(), compiled.numpy())
+    graph = tf.Graph()
+    with graph.as_default(), tf.device("/cpu:0"):
+        ops.unsorted_segment_sum(tf.constant(DATA), IDS, 3)
+    calls = [op for op in graph.get_operations() if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+    assert calls and {op.device for op in calls} == {"/device:CPU:0"}

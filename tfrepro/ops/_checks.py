@@ -4,8 +4,8 @@ message (the kernel's wording, naming the first bad element), raised when the op
 Eagerly the error is raised at the call with exactly TF's message. In a graph the check is an
 ``Assert`` inside a ``tf.cond``, so the message is built only on failure and reads
 ``assertion failed: [<TF's message>]``; an ``Assert`` can only raise InvalidArgumentError. Under
-XLA, which compiles neither ``Assert`` nor string ops, there are no run-time checks (as in TF's
-own XLA kernels, which drop out-of-range ids).
+XLA, which compiles ``Assert`` as a no-op and no string ops, there are no run-time checks (as in
+TF's own XLA kernels, which drop out-of-range ids).
 """
 
 from __future__ import annotations

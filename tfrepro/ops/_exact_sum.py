@@ -107,7 +107,7 @@ class _Segments:
 
     def __init__(self, segment_ids: tf.Tensor, num_segments: tf.Tensor, plan: Plan | None = None):
         self.plan = plan or current_plan()
-        self.ids, self.num = segment_ids, num_segments
+        self.num = num_segments
         kept = (segment_ids >= 0) & (segment_ids < tf.cast(num_segments, segment_ids.dtype))
         self.slot = tf.where(kept, tf.cast(segment_ids, tf.int32), num_segments)  # dropped: a spare slot
         self.slots = num_segments + 1
@@ -150,8 +150,8 @@ class _Axes:
 
     def __init__(self, values: tf.Tensor, axis: tf.Tensor | tuple[int, ...], plan: Plan | None = None):
         self.plan = plan or current_plan()
-        self.axis = axis
-        self.n = tf.reduce_prod(tf.gather(tf.shape(values), axis))
+        self.axis = tf.constant(axis, tf.int32, shape=[len(axis)]) if isinstance(axis, tuple) else axis  # () too
+        self.n = tf.reduce_prod(tf.gather(tf.shape(values), self.axis))
 
     def max(self, values: tf.Tensor) -> tf.Tensor:
         return tf.reduce_max(values, self.axis, keepdims=True)
@@ -206,15 +206,18 @@ def traced(kernel):
     and conditions are stored once, not once per op instance; eagerly, one dispatch per call.
 
     Tensor arguments are traced with their dtype and rank but no dimensions (one trace serves every
-    batch size); the other arguments are Python values that select the trace. Gradients are built
-    colocated with their forward ops, and a colocation would key a new trace per op instance, so
-    calls leave placement to the placer."""
-    functions = {}
+    batch size); the other arguments are Python values that select the trace, and so does the
+    calling context's ``current_plan()`` (XLA or not, GPUs visible or not), which TF's own trace
+    cache does not tell apart under XLA. The traces of a TF1 ``tf.Graph`` live on that graph and go
+    with it. Gradients are built colocated with their forward ops, and a colocation would key a new
+    trace per op instance, so a call drops the colocation and keeps the device scope it is in."""
+    shared: dict = {}
 
     @functools.wraps(kernel)
     def call(*args):
         is_tensor = [isinstance(arg, tf.Tensor) for arg in args]
-        key = tuple((arg.dtype, arg.shape.rank) if tensor else arg for arg, tensor in zip(args, is_tensor))
+        key = (current_plan(), *((arg.dtype, arg.shape.rank) if tensor else arg for arg, tensor in zip(args, is_tensor)))
+        functions = _traces_of_this_graph(kernel) if _in_tf1_graph() else shared
         function = functions.get(key)
         if function is None:
             fixed = [None if tensor else arg for arg, tensor in zip(args, is_tensor)]  # holds no tensor
@@ -229,10 +232,29 @@ def traced(kernel):
         tensors = [arg for arg, tensor in zip(args, is_tensor) if tensor]
         if tf.executing_eagerly():
             return function(*tensors)
-        with tf.compat.v1.get_default_graph().colocate_with(None, ignore_existing=True):
+        graph = tf.compat.v1.get_default_graph()
+        device = tf.no_op(name="device_scope").device  # the device the enclosing scopes give an op
+        with graph.colocate_with(None, ignore_existing=True), tf.device(device or None):
             return function(*tensors)
 
     return call
+
+
+def _in_tf1_graph() -> bool:
+    """Whether ops are being built into a TF1 ``tf.Graph`` (not eagerly, not in a ``tf.function``)."""
+    with tf.init_scope():
+        return not tf.executing_eagerly()
+
+
+def _traces_of_this_graph(kernel) -> dict:
+    """The traces of ``kernel`` kept on the outermost graph being built, so they are freed with it
+    (TF's trace cache holds that graph; a module-level cache would keep every graph alive)."""
+    with tf.init_scope():
+        graph = tf.compat.v1.get_default_graph()
+    kept = graph.get_collection_ref("_tfrepro_traces")  # graph -> traces -> graph: a cycle gc collects
+    if not kept:
+        kept.append({})
+    return kept[0].setdefault(kernel, {})
 
 
 def segment_sum_2d(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor, plan: Plan) -> tf.Tensor:
@@ -318,7 +340,8 @@ def _over_row_chunks(x: tf.Tensor, groups: _Segments, step, initial: tuple) -> t
 class Plan(NamedTuple):
     """How a sum is computed where it is traced: the int64 accumulator by name and the rows per
     quantisation step (0: one step, as XLA needs static slice sizes). Every plan gives the same bits.
-    A traced kernel takes the plan as an argument, so that a trace is reused only where it fits."""
+    Every traced kernel is keyed by the plan of its calling context (``traced``), so that a trace is
+    reused only where it fits."""
 
     accumulator: str
     chunk_elements: int

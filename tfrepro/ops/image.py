@@ -114,7 +114,6 @@ def _crop_and_resize_grad(dy: tf.Tensor, out: tf.Tensor, image_in: tf.Tensor, bo
     return d_image, tf.stack(per_box, axis=1)
 
 
-
 def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear", extrapolation_value=0.0, name=None):
     """``tf.image.crop_and_resize``: TF's forward kernel (deterministic); the backprop to the image is an
     order-invariant sum over the output pixels that read each input pixel, and the backprop to the

@@ -54,10 +54,14 @@ def _exact_segment_sum(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf
     return result
 
 
+_MAX_SEGMENTS = 2**31 - 2  # num_segments + 1 slots (one for dropped ids) stay in int32
+
+
 @check
 def _unsorted_ids(data_shape: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor):
     """UnsortedSegmentSum's checks: data's shape starts with the ids', and no id is >= num_segments
-    (TF's GPU kernels drop such ids; this check raises on every device)."""
+    (TF's GPU kernels drop such ids; this check raises on every device); and num_segments (int64)
+    within what tfrepro's int32 slots hold."""
     ids_shape = tf.shape(segment_ids, out_type=tf.int64)
     rank = tf.size(ids_shape)
     prefix = tf.concat([data_shape, tf.fill([rank], tf.constant(-1, tf.int64))], 0)[:rank]
@@ -71,25 +75,28 @@ def _unsorted_ids(data_shape: tf.Tensor, segment_ids: tf.Tensor, num_segments: t
                                 " is out of range [0, ", text(num_segments), ")"])
 
     def message() -> tf.Tensor:
-        return tf.cond(prefix_ok, out_of_range, lambda: tf.strings.join([
+        return tf.cond(prefix_ok, lambda: tf.cond(fits, out_of_range, lambda: tf.strings.join([
+            "tfrepro.ops supports num_segments up to 2**31 - 2; got ", text(num_segments)])), lambda: tf.strings.join([
             "data.shape = ", shape_text(data_shape), " does not start with segment_ids.shape = ", shape_text(ids_shape)]))
 
-    return prefix_ok & tf.logical_not(tf.reduce_any(too_large)), message
+    fits = num_segments <= _MAX_SEGMENTS
+    return prefix_ok & fits & tf.logical_not(tf.reduce_any(too_large)), message
 
 
 def _segment_sum(data, segment_ids, num_segments) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """The order-invariant unsorted segment sum, with the checked ids and num_segments as int32."""
     data = tf.convert_to_tensor(data)
     static_segments = tf.get_static_value(num_segments)
-    if static_segments is not None and np.max(static_segments) >= 2**31:
-        raise ValueError(f"tfrepro.ops supports num_segments < 2**31; got {static_segments} (an output of "
-                         "2**31 rows or more): split the ids into ranges and sum each")
-    num_segments = tf.reshape(tf.cast(num_segments, tf.int32), [])  # a scalar, also when traced unshaped
+    if static_segments is not None and np.max(static_segments) > _MAX_SEGMENTS:
+        raise ValueError(f"tfrepro.ops supports num_segments up to 2**31 - 2; got {static_segments} (an output "
+                         "of 2**31 rows or more): split the ids into ranges and sum each")
+    requested = tf.reshape(tf.cast(num_segments, tf.int64), [])  # a scalar, also when traced unshaped
+    num_segments = tf.cast(tf.minimum(requested, _MAX_SEGMENTS), tf.int32)
     segment_ids = tf.convert_to_tensor(segment_ids)
     rank = segment_ids.shape.rank
     if not tf.executing_eagerly() and rank is not None and not data.shape[:rank].is_compatible_with(segment_ids.shape):
         raise ValueError(f"data.shape = {data.shape} does not start with segment_ids.shape = {segment_ids.shape}")
-    segment_ids = after(_unsorted_ids(tf.shape(data, out_type=tf.int64), segment_ids, num_segments), segment_ids)
+    segment_ids = after(_unsorted_ids(tf.shape(data, out_type=tf.int64), segment_ids, requested), segment_ids)
     if data.dtype.is_complex:
         real = _exact_segment_sum(tf.math.real(data), segment_ids, num_segments)
         imag = _exact_segment_sum(tf.math.imag(data), segment_ids, num_segments)

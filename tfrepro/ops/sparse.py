@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfrepro.ops import _stock
-from tfrepro.ops._checks import after, check, shape_text, text
+from tfrepro.ops._checks import after, check, first_position, shape_text, text
 from tfrepro.ops.segment import reduce_sum, unsorted_segment_sum
 
 
@@ -34,11 +34,31 @@ def _non_negative(values: tf.Tensor):
 
 
 @check
-def _inner_dimensions(a_shape: tf.Tensor, b_shape: tf.Tensor, inner: tf.Tensor, b_inner: tf.Tensor):
-    return tf.equal(inner, b_inner), lambda: tf.strings.join([
-        "Cannot multiply A and B because inner dimension does not match: ", text(inner), " vs. ", text(b_inner),
-        ".  Did you forget a transpose?  Dimensions of A: [", text(a_shape[0]), ", ", text(a_shape[1]),
-        ").  Dimensions of B: ", shape_text(b_shape)])
+def _sparse_product(a_indices: tf.Tensor, a_shape: tf.Tensor, b_shape: tf.Tensor, adjoint_a: bool, adjoint_b: bool):
+    """SparseTensorDenseMatMul's checks, in its kernel's order and words: the inner dimensions agree,
+    then each nonzero's inner index (k) and output row (m) are in range."""
+    row_column, inner_column = (1, 0) if adjoint_a else (0, 1)
+    inner, rows = a_shape[inner_column], a_shape[row_column]
+    b_inner = b_shape[1] if adjoint_b else b_shape[0]
+    ks, ms = a_indices[:, inner_column], a_indices[:, row_column]
+    bad_k, bad_m = (ks < 0) | (ks >= inner), (ms < 0) | (ms >= rows)
+    matching = tf.equal(inner, b_inner)
+
+    def message() -> tf.Tensor:
+        position = first_position(bad_k | bad_m)
+
+        def out_of_bounds(name: str, values: tf.Tensor, column: int, bound: tf.Tensor) -> tf.Tensor:
+            return tf.strings.join([f"{name} (", text(tf.gather(values, position)), ") from index[", text(position),
+                                    f",{column}] out of bounds (>=", text(bound), ")"])
+
+        return tf.cond(matching, lambda: tf.cond(
+            tf.gather(bad_k, position), lambda: out_of_bounds("k", ks, inner_column, inner),
+            lambda: out_of_bounds("m", ms, row_column, rows)), lambda: tf.strings.join([
+                "Cannot multiply A and B because inner dimension does not match: ", text(inner), " vs. ", text(b_inner),
+                ".  Did you forget a transpose?  Dimensions of A: [", text(a_shape[0]), ", ", text(a_shape[1]),
+                ").  Dimensions of B: ", shape_text(b_shape)]))
+
+    return matching & tf.logical_not(tf.reduce_any(bad_k | bad_m)), message
 
 
 def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=tf.int32, name=None, axis=None,
@@ -96,8 +116,7 @@ def sparse_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=None):
         out_rows, inner = a_shape[0], a_shape[1]
         if adjoint_a:
             rows, cols, out_rows, inner = cols, rows, a_shape[1], a_shape[0]
-        b_inner = tf.shape(b, out_type=tf.int64)[0]
-        b = after(_inner_dimensions(a_shape, b_shape, inner, b_inner), b)
+        b = after(_sparse_product(sp_a.indices, a_shape, b_shape, adjoint_a, adjoint_b), b)
 
         @tf.custom_gradient
         def forward(values, dense):
