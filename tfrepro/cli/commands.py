@@ -200,7 +200,10 @@ def _check_plot_path(path: str | None) -> None:
     does not write, or a folder that does not exist."""
     if path is None:
         return
-    from matplotlib.backend_bases import FigureCanvasBase  # ImportError: names the extra to install
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError as exc:
+        raise LaunchError("--plot needs matplotlib: pip install 'tfrepro[plot]'") from exc
 
     suffix = Path(path).suffix.lstrip(".").lower()
     formats = FigureCanvasBase.get_supported_filetypes()
