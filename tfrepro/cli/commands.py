@@ -318,15 +318,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep = sub.add_parser("sweep", help="run a script once per seed and report the spread of a metric",
                            description="Run an unmodified script once per seed, each in a fresh interpreter as "
-                                       "`tfrepro run --seed S` runs it, and print each seed's metric with the mean, "
-                                       "std, range and a 95%% confidence interval. The metric is what the script "
-                                       "reported with tfrepro.report_metric(NAME, value), else NAME's value in "
-                                       "the final epoch of its last Model.fit (or the best epoch's, with --best). Each run records its "
-                                       "Model.fit calls as `tfrepro check` does, so it loads TensorFlow. "
-                                       "Results go to --out as sweep.json and sweep.csv; rerun with the same --out "
-                                       "and finished seeds are skipped. `tfrepro sweep merge DIR... [--out DIR]` "
-                                       "combines the folders of shards. Exit 0 every seed gave a value, 2 "
-                                       "otherwise or on bad input.")
+                                       "`tfrepro check` runs each of its runs (patched with the seed, every "
+                                       "Model.fit recorded, so TensorFlow loads), and print each seed's metric "
+                                       "with the mean, std, range and a 95% confidence interval. The metric is "
+                                       "what the script reported with tfrepro.report_metric(NAME, value), else "
+                                       "NAME's value in the final epoch of its last Model.fit (or the best "
+                                       "epoch's, with --best). Results go to --out as sweep.json and sweep.csv; "
+                                       "rerun with the same --out and seeds finished with the same command are "
+                                       "skipped. `tfrepro sweep merge DIR... [--out DIR]` combines the folders of "
+                                       "shards. Exit 0 every seed gave a value, 2 otherwise or on bad input.")
     sweep.add_argument("--seeds", default=None, help="seeds: 0-9, 0,3,7 or a mix (default 0-4)")
     sweep.add_argument("--metric", default=None, help="the metric to read (default loss)")
     sweep.add_argument("--best", choices=["min", "max"], default=None,
