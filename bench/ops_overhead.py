@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrepro import ops
-from tfrepro.ops import _exact_sum
+from tfrepro.ops import _exact_sum, segment
 
 
 def backward(op, *inputs):
@@ -56,13 +56,17 @@ def cases(rng: np.random.Generator):
            lambda: ops.unsorted_segment_sum(wide, ids, 100), lambda: tf.math.unsorted_segment_sum(wide, ids, 100))
 
     def traced_with(accumulate):  # the op, traced (by its first call) with one int64 accumulator forced
-        saved, _exact_sum.current_plan = _exact_sum.current_plan, lambda: _exact_sum.Plan(accumulate, _exact_sum.CHUNK_ELEMENTS)
+        saved = _exact_sum.current_plan
+        forced = lambda: _exact_sum.Plan(accumulate, _exact_sum.CHUNK_ELEMENTS)  # noqa: E731
+        for module in (_exact_sum, segment):  # where the plan is looked up: the trace key and the op
+            module.current_plan = forced
         try:
             op = tf.function(lambda: ops.unsorted_segment_sum(data, ids, 100))
             op()
             return op
         finally:
-            _exact_sum.current_plan = saved
+            for module in (_exact_sum, segment):
+                module.current_plan = saved
 
     yield ("  same op: int64 sums by DenseBincount vs by the segment kernel",
            traced_with("bincount"), traced_with("segment"))
