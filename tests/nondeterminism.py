@@ -19,9 +19,10 @@ def make_layers(keras, tf):
         a fresh random order on every step, the way atomicAdd accumulates in thread-arrival order on
         a GPU. The forward pass and the gradient passed to earlier layers stay deterministic."""
 
-        def __init__(self, units, shuffle=True, **kwargs):
+        def __init__(self, units, shuffle=True, input_gradient=False, **kwargs):
             super().__init__(**kwargs)
             self.units, self.shuffle = units, shuffle  # shuffle=False: the same layer, deterministic
+            self.input_gradient = input_gradient  # True: the gradient passed back is summed in random order too
 
         def build(self, input_shape):
             self.kernel = self.add_weight(name="kernel", shape=(int(input_shape[-1]), self.units),
@@ -35,7 +36,11 @@ def make_layers(keras, tf):
                     if self.shuffle:
                         per_example = tf.gather(per_example, tf.numpy_function(_random_order, [tf.shape(x)[0]], tf.int32))
                     summed = tf.scan(lambda acc, term: acc + term, per_example)[-1]
-                    return tf.matmul(dy, kernel, transpose_b=True), summed
+                    if not (self.shuffle and self.input_gradient):
+                        return tf.matmul(dy, kernel, transpose_b=True), summed
+                    per_unit = tf.einsum("bj,ij->jbi", dy, kernel)  # dx = sum over units, in random order
+                    per_unit = tf.gather(per_unit, tf.numpy_function(_random_order, [tf.shape(dy)[1]], tf.int32))
+                    return tf.scan(lambda acc, term: acc + term, per_unit)[-1], summed
 
                 return tf.matmul(x, kernel), grad
 

@@ -5,7 +5,8 @@ import doctest
 import pytest
 
 
-@pytest.mark.parametrize("module_name", ["tfrepro.determinism.seeding", "tfrepro.proof.callback", "tfrepro.proof.fingerprints"])
+@pytest.mark.parametrize("module_name", ["tfrepro.determinism.seeding", "tfrepro.proof.callback", "tfrepro.proof.fingerprints",
+                                         "tfrepro.ops.kernel_facts"])
 def test_docstring_examples(module_name, keras):
     import importlib
 

@@ -18,17 +18,17 @@ ROOT = Path(tfrepro.__file__).parent
 README = ROOT.parent / "README.md"
 # Floors, lowest first: a module imports only from its own unit or from units on lower floors.
 FLOORS = [
-    {"_tf", "errors", "_version"},
+    {"_tf", "_files", "errors", "_version"},
     {"ops"},
     {"determinism"},
     {"proof"},
     {"testing", "launching"},
-    {"examples", "sweeps"},
+    {"examples", "sweeps", "diagnosis"},
     {"plotting"},
     {"cli"},
     {"__init__", "__main__"},
 ]
-LOOSE_MODULES = {"__init__", "__main__", "_tf", "_version", "errors", "testing"}
+LOOSE_MODULES = {"__init__", "__main__", "_files", "_tf", "_version", "errors", "testing"}
 
 
 def _modules() -> dict[str, Path]:

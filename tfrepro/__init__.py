@@ -7,8 +7,8 @@ Call ``tfrepro.patch(seed)`` before building the model, or run an unmodified scr
 The package is laid out by verb, lowest first (a module imports only from its own floor or below):
 ``_tf`` and ``errors`` (the ground floor), ``ops`` (deterministic ops and Keras drop-ins),
 ``determinism`` (patch, switches, seeding, status), ``proof`` (fingerprints, traces, the callback,
-comparisons, verify), ``launching`` (``tfrepro run``/``check``), ``examples`` and ``sweeps`` (seed
-sweeps and their statistics), ``plotting``, ``cli``; ``testing`` sits on ``proof``.
+comparisons, verify), ``launching`` (``tfrepro run``/``check``), ``examples``, ``sweeps`` (seed
+sweeps and their statistics) and ``diagnosis`` (``diagnose``, ``tfrepro doctor``), ``plotting``, ``cli``; ``testing`` sits on ``proof``.
 """
 
 import importlib
@@ -31,8 +31,10 @@ from tfrepro.proof.verification import Verification, verify
 __all__ = [
     "Comparison",
     "Divergence",
+    "Diagnosis",
     "DivergenceError",
     "EnvDifference",
+    "Finding",
     "NotComparableError",
     "Report",
     "ReproducibilityCallback",
@@ -46,6 +48,7 @@ __all__ = [
     "compare",
     "compare_sweeps",
     "derive_seed",
+    "diagnose",
     "enable_determinism",
     "environment",
     "environment_diff",
@@ -92,6 +95,9 @@ layers = sys.modules.setdefault(f"{__name__}.layers", _ModuleAlias(f"{__name__}.
 # Names that load on first use: they import TensorFlow (and Keras), or NumPy, SciPy and matplotlib.
 _LAZY = {
     "ReproducibilityCallback": "tfrepro.proof.callback",
+    "diagnose": "tfrepro.diagnosis.diagnosing",
+    "Diagnosis": "tfrepro.diagnosis.findings",
+    "Finding": "tfrepro.diagnosis.findings",
     "sweep": "tfrepro.sweeps.running",
     "SweepResult": "tfrepro.sweeps.statistics",
     "compare_sweeps": "tfrepro.sweeps.statistics",

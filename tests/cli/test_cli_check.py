@@ -31,6 +31,7 @@ def test_check_without_patch_shows_the_divergence(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "diverged" in proc.stdout and "first divergence" in proc.stdout
     assert "epoch 0, batch 0" in proc.stdout
+    assert f"to find the layer or op at fault: tfrepro doctor --no-patch -- {sys.executable} " in proc.stdout
 
 
 def test_check_reports_a_script_that_never_fits_or_fails(tmp_path):

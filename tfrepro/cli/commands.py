@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -165,8 +166,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     result = rendering.with_progress(f"tfrepro check: {args.runs} runs", args.runs,
                                      lambda on_run: check(command, runs=args.runs, config=config, out=out,
                                                           on_run=on_run))
-    rendering.print_check(result, out)
+    rendering.print_check(result, out, diagnose_with=_doctor_command(args, command))
     return _check_exit_code(result)
+
+
+def _doctor_command(args: argparse.Namespace, command: list[str]) -> str:
+    """The ``tfrepro doctor`` command line that diagnoses what ``tfrepro check`` ran."""
+    options = [*(["--seed", str(args.seed)] if args.seed else []), *(["--threads", str(args.threads)] if args.threads
+               else []), *(["--onednn", "on" if args.onednn else "off"] if args.onednn is not None else []),
+               *(["--ops"] if args.ops else []), *(["--no-patch"] if args.no_patch else [])]
+    return shlex.join(["tfrepro", "doctor", *options, "--", *command])
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -193,6 +202,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
         rendering.print_demo_arm(demo_arm.label, result, losses, demo_arm.expectation)
     console.print(f"traces and logs: {out}", highlight=False)
     return _check_exit_code(results[-1])
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from tfrepro.cli import rendering
+    from tfrepro.diagnosis.doctoring import doctor
+
+    if args.repeats != 0 and args.repeats < 2:
+        raise LaunchError(f"--repeats must be 0 (static scan only) or at least 2; got {args.repeats}")
+    if args.tf_version is not None:
+        from tfrepro.ops.kernel_facts import ops_without_deterministic_kernel
+
+        try:
+            ops_without_deterministic_kernel(args.tf_version)
+        except ValueError as exc:
+            raise LaunchError(f"--tf-version: {exc}") from None
+    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops,
+                          patch=not args.no_patch)
+    command = _command(args)
+    bootstrap_command(command)  # fail fast on a bad command, before any folder is made
+    out = _out_dir(args.out, "tfrepro-doctor-")
+    result = rendering.with_progress("tfrepro doctor: the first Model.fit", 1, lambda on_run: doctor(
+        command, config=config, out=out, repeats=args.repeats, keep_going=args.keep_going,
+        tf_version=args.tf_version))
+    rendering.print_doctor(result, out)
+    if result.diagnosis is None:
+        return ExitCode.USAGE
+    return ExitCode.OK if result.diagnosis.clean else ExitCode.DIVERGED
 
 
 def _check_plot_path(path: str | None) -> None:
@@ -341,6 +377,26 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--plot", metavar="PNG", help="also draw the seeds' distribution to this image")
     _add_launch_options(sweep, seed=False)
     sweep.set_defaults(func=cmd_sweep, parser=sweep)
+
+    doctor = sub.add_parser("doctor", help="find the layer or op that makes runs differ (static scan and bisection)",
+                            description="Run an unmodified script as `tfrepro run` does and, at its first Model.fit, "
+                                        "diagnose the model on the first batch: a static scan of the train step "
+                                        "against the table of ops without deterministic GPU kernels (for this "
+                                        "TensorFlow, or --tf-version), the input pipeline and the configuration; "
+                                        "then --repeats runs of the same step from the same state, compared bit for "
+                                        "bit, naming the first layer that varies. The script stops there unless "
+                                        "--continue. Exit 0 clean, 1 findings, 2 could not run (bad input, the "
+                                        "script failed or never called Model.fit).")
+    doctor.add_argument("--repeats", type=int, default=3, help="repeats of the step (default 3; 0: static scan only)")
+    doctor.add_argument("--continue", dest="keep_going", action="store_true",
+                        help="let the script train on after the diagnosis")
+    doctor.add_argument("--tf-version", default=None, metavar="X.Y",
+                        help="scan against this TensorFlow version's facts (default: the installed one)")
+    doctor.add_argument("--no-patch", action="store_true", help="run the script without tfrepro.patch, as it is")
+    doctor.add_argument("--out", default=None, help="folder for diagnosis.json and the script's logs (default: a new "
+                                                    "temporary folder, kept; its path is printed)")
+    _add_launch_options(doctor)
+    doctor.set_defaults(func=cmd_doctor, parser=doctor)
 
     env = sub.add_parser("env", help="print this machine's environment fingerprint")
     env.add_argument("--json", action="store_true", help="machine-readable JSON")

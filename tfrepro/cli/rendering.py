@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tfrepro.determinism.reporting import Report
+from tfrepro.diagnosis.doctoring import DoctorResult
 from tfrepro.launching.checking import CheckResult
 from tfrepro.proof.comparison import Comparison
 from tfrepro.sweeps.statistics import SweepResult
@@ -119,9 +120,10 @@ def _print_failure(result: CheckResult) -> None:
         out.print(tail, markup=False, highlight=False)
 
 
-def print_check(result: CheckResult, out: Path) -> None:
-    """The outcome of ``tfrepro check``/``demo``: the failed run's stderr, the first divergence,
-    or the identical verdict; then where the traces and logs are."""
+def print_check(result: CheckResult, out: Path, diagnose_with: str | None = None) -> None:
+    """The outcome of ``tfrepro check``/``demo``: the failed run's stderr, the first divergence
+    (and ``diagnose_with``, the command that finds its cause), or the identical verdict; then where
+    the traces and logs are."""
     out_console = console()
     if result.failure:
         _print_failure(result)
@@ -133,12 +135,28 @@ def print_check(result: CheckResult, out: Path) -> None:
     if first is not None:
         out_console.print(Text.assemble(("diverged:", "bold red"), f" run {first.run} vs run 0, Model.fit call {first.fit}"))
         show(comparison_view(first.comparison), str(first.comparison))
+    if not comparison.identical and diagnose_with:
+        out_console.print(f"to find the layer or op at fault: {diagnose_with}", markup=False, highlight=False)
     if comparison.identical:
         records = comparison.comparisons[0].records_compared if comparison.comparisons else 0
         out_console.print(Text.assemble(("identical:", "bold green"),
                                         f" {comparison.runs} runs x {comparison.fits_per_run[0]} Model.fit call(s), "
                                         f"{records} records each compared bit for bit"))
     out_console.print(f"traces and logs: {out}")
+
+
+def print_doctor(result: DoctorResult, out: Path) -> None:
+    """The outcome of ``tfrepro doctor``: the diagnosis, or why there is none (with the script's stderr)."""
+    out_console = console()
+    if result.diagnosis is not None:
+        show(result.diagnosis, str(result.diagnosis))
+    if result.failure:
+        out_console.print(Text(result.failure, style="bold red"))
+        tail = result.run.stderr_tail()
+        if tail and result.diagnosis is None:
+            out_console.print(f"last lines of the script's stderr ({result.run.directory / 'stderr.log'}):")
+            out_console.print(tail, markup=False, highlight=False)
+    out_console.print(f"diagnosis and logs: {out}", markup=False, highlight=False)
 
 
 def print_demo_arm(label: str, result: CheckResult, losses: list[list[float]], expectation: str) -> None:

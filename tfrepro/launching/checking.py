@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,13 +57,16 @@ class CheckResult:
         return self.comparison is not None and self.comparison.identical
 
 
-def run_once(command: list[str], config: LaunchConfig, directory: Path, index: int) -> RunOutcome:
-    """Run the command once in a fresh interpreter, its output and traces kept in ``directory``
-    (whose files from an earlier check are removed first: they would be compared as this run's)."""
+def run_once(command: list[str], config: LaunchConfig, directory: Path, index: int, *, record: bool = True,
+             extra_env: Mapping[str, str] | None = None) -> RunOutcome:
+    """Run the command once in a fresh interpreter, its output (and, with ``record``, a trace of
+    every ``Model.fit``) kept in ``directory``, whose files from an earlier run are removed first:
+    they would be taken for this run's. ``extra_env`` adds to the child's environment."""
     directory.mkdir(parents=True, exist_ok=True)
     for stale in [*directory.glob("fit-*.jsonl"), directory / "stdout.log", directory / "stderr.log"]:
         stale.unlink(missing_ok=True)
-    env = dataclasses.replace(config, trace_dir=str(directory)).to_env()
+    env = (dataclasses.replace(config, trace_dir=str(directory)) if record else config).to_env()
+    env.update(extra_env or {})
     with (directory / "stdout.log").open("wb") as out, (directory / "stderr.log").open("wb") as err:
         child = subprocess.Popen(command, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         try:

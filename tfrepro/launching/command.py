@@ -14,8 +14,16 @@ from tfrepro.errors import LaunchError
 # for -c; a folder there named tfrepro (the parent of a clone) would then shadow the installed
 # package, so the bootstrap drops that entry before importing tfrepro, and sets sys.path[0] the
 # way the user's own command would have (see bootstrap.main).
-BOOTSTRAP = ("import sys; getattr(sys.flags, 'safe_path', False) or sys.path.pop(0); "
-             "from tfrepro.launching.bootstrap import main; main(sys.argv[1:])")
+def bootstrap_code(entry: str = "tfrepro.launching.bootstrap") -> str:
+    """The ``python -c`` code that starts the child: ``entry.main(sys.argv[1:])``, where ``entry`` is
+    ``tfrepro.launching.bootstrap`` or a module that wraps its ``main`` (``tfrepro doctor``'s)."""
+    if not re.fullmatch(r"tfrepro(\.\w+)+", entry):
+        raise ValueError(f"not a tfrepro module: {entry!r}")
+    return ("import sys; getattr(sys.flags, 'safe_path', False) or sys.path.pop(0); "
+            f"from {entry} import main; main(sys.argv[1:])")
+
+
+BOOTSTRAP = bootstrap_code()
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
 # Interpreter options that would defeat the launcher: -E and -I ignore PYTHONHASHSEED and the
 # determinism variables set before the interpreter starts; -S hides site-packages, where tfrepro is.
@@ -28,16 +36,17 @@ _REFUSED = {
 }
 
 
-def bootstrap_command(command: list[str]) -> list[str]:
+def bootstrap_command(command: list[str], entry: str = "tfrepro.launching.bootstrap") -> list[str]:
     """Rewrite ``python [opts] script.py args`` / ``python -m mod args`` / ``python -c code`` /
-    ``script.py args`` so that it runs through the bootstrap, keeping the interpreter options
-    (clusters such as ``-uB`` and attached values such as ``-Werror`` or ``-mpkg`` included).
-    Raises LaunchError for anything else."""
+    ``script.py args`` so that it runs through the bootstrap (``bootstrap_code(entry)``), keeping the
+    interpreter options (clusters such as ``-uB`` and attached values such as ``-Werror`` or
+    ``-mpkg`` included). Raises LaunchError for anything else."""
+    code = bootstrap_code(entry)
     if not command:
         raise LaunchError("no command given: tfrepro runs Python commands, e.g. `python train.py [args...]`")
     head = command[0]
     if head.endswith(".py"):
-        return [sys.executable, "-c", BOOTSTRAP, _existing_script(head), *command[1:]]
+        return [sys.executable, "-c", code, _existing_script(head), *command[1:]]
     if not _PYTHON_NAME.match(Path(head).name):
         raise LaunchError(
             f"{head!r} is not a Python interpreter or a .py script; tfrepro runs Python commands: "
@@ -72,7 +81,7 @@ def bootstrap_command(command: list[str]) -> list[str]:
                     if not rest:
                         raise LaunchError(f"`{head} -{letter}` needs an argument")
                     value, rest = rest[0], rest[1:]
-                return [head, *options, "-c", BOOTSTRAP, "--module" if letter == "m" else "--code", value, *rest]
+                return [head, *options, "-c", code, "--module" if letter == "m" else "--code", value, *rest]
             if letter in "WX":  # the rest of the cluster, or the next argument, is its value
                 options.append(arg)
                 if position == len(arg) - 1 and index + 1 < len(command):
@@ -84,7 +93,7 @@ def bootstrap_command(command: list[str]) -> list[str]:
         index += 1
     if index >= len(command) or command[index] == "-":
         raise LaunchError(f"no script given to {head}; tfrepro cannot run an interactive interpreter or stdin")
-    return [head, *options, "-c", BOOTSTRAP, _existing_script(command[index]), *command[index + 1:]]
+    return [head, *options, "-c", code, _existing_script(command[index]), *command[index + 1:]]
 
 
 def _existing_script(path: str) -> str:

@@ -10,7 +10,9 @@ accuracy bound), so permuting the inputs or changing the device, thread count or
 change a bit. ``tfrepro.patch(ops=True)`` rebinds TensorFlow's names, and the internal call sites
 that Keras and TF's gradient code use, to these ops (``rebinding``; ``selection`` names them).
 
-Importing this package is free; the first op accessed imports TensorFlow. The ops package imports
+``kernel_facts`` is the table of ops that have no deterministic GPU kernel, by TensorFlow version
+(TF-free), which ``tfrepro.diagnose`` scans against. Importing this package is free; the first op
+accessed imports TensorFlow. The ops package imports
 only the ground floor (``tfrepro._tf``, ``tfrepro.errors``) and TensorFlow.
 """
 
@@ -41,6 +43,8 @@ __all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
+    if name == "kernel_facts":  # the TF-free table of ops without deterministic GPU kernels
+        return importlib.import_module(f"{__name__}.kernel_facts")
     if name in _HOMES:
         value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
         globals()[name] = value  # later lookups skip this function

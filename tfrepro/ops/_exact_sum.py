@@ -226,6 +226,7 @@ def traced(kernel):
                 given = iter(tensors)
                 return kernel(*(next(given) if tensor else arg for arg, tensor in zip(fixed, is_tensor)))
 
+            bound.__name__ = f"tfrepro_{kernel.__name__.lstrip('_')}"  # names the graph's function: tfrepro's own
             signature = [tf.TensorSpec(None if arg.shape.rank is None else [None] * arg.shape.rank, arg.dtype)
                          for arg, tensor in zip(args, is_tensor) if tensor]
             function = functions[key] = tf.function(bound, input_signature=signature, autograph=False)

@@ -113,9 +113,9 @@ def sparse_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=None):
         if adjoint_b:
             b = tf.transpose(b)
         rows, cols = sp_a.indices[:, 0], sp_a.indices[:, 1]
-        out_rows, inner = a_shape[0], a_shape[1]
+        out_rows = a_shape[0]
         if adjoint_a:
-            rows, cols, out_rows, inner = cols, rows, a_shape[1], a_shape[0]
+            rows, cols, out_rows = cols, rows, a_shape[1]
         b = after(_sparse_product(sp_a.indices, a_shape, b_shape, adjoint_a, adjoint_b), b)
 
         @tf.custom_gradient

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import threading
 from pathlib import Path
 
+from tfrepro._files import write_atomically
 from tfrepro.launching.config import ENV_NAMES
 from tfrepro.proof.traces import bits_float, read_trace
 
@@ -29,17 +29,6 @@ def report_metric(name: str, value: float) -> None:
     reported = json.loads(path.read_text()) if path.exists() else {}
     reported[name] = value if math.isfinite(value) else repr(value)
     write_atomically(path, json.dumps(reported, indent=1, sort_keys=True))
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the whole new one, never a
-    part: a temporary file of a name no other process or thread uses, fsynced, then renamed."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(temporary, "w") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
 
 
 def read_metric(folder: Path, name: str, best: str | None = None) -> tuple[float, str]:

@@ -19,7 +19,8 @@ from tfrepro.errors import LaunchError, ReproducibilityWarning
 from tfrepro.launching.checking import run_once
 from tfrepro.launching.command import bootstrap_command
 from tfrepro.launching.config import LaunchConfig
-from tfrepro.sweeps.metrics import REPORTED, read_metric, write_atomically
+from tfrepro._files import write_atomically
+from tfrepro.sweeps.metrics import REPORTED, read_metric
 from tfrepro.sweeps.statistics import SeedRun, SweepResult
 
 _DONE = "done.json"  # in a seed's folder, once its run finished and its metric was read

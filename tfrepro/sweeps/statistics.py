@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tfrepro.sweeps.metrics import write_atomically
+from tfrepro._files import write_atomically
 
 
 def _check_confidence(confidence: float) -> None:

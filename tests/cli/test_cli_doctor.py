@@ -1,0 +1,71 @@
+"""`tfrepro doctor` end to end on unmodified scripts, in fresh processes."""
+
+import json
+import sys
+
+import pytest
+
+from conftest import SCRIPTS, run_tfrepro
+
+pytestmark = pytest.mark.keras
+CULPRIT = str(SCRIPTS / "culprit_fit.py")
+DEMO = ["-m", "tfrepro.examples.mnist_cnn", "--offline", "--limit", "256", "--epochs", "1"]
+
+
+def test_doctor_names_the_nondeterministic_layer_and_stops_the_script(tmp_path):
+    proc = run_tfrepro("doctor", "--out", str(tmp_path), "--", sys.executable, CULPRIT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("1 problem(s) found")
+    assert lines[1].startswith("[nondeterministic] summing: the gradient it passes back")
+    assert any(line.startswith("[downstream] encoder:") for line in lines)
+    assert "head" not in proc.stdout
+    saved = json.loads((tmp_path / "diagnosis.json").read_text())["diagnosis"]
+    assert saved["clean"] is False and saved["findings"][0]["where"] == "summing"
+    assert "trained to the end" not in (tmp_path / "stdout.log").read_text()  # stopped at the first fit
+    assert "\x1b[" not in proc.stdout  # piped: plain text
+
+
+def test_negative_control_the_deterministic_twin_is_clean_and_continue_trains_on(tmp_path):
+    proc = run_tfrepro("doctor", "--continue", "--out", str(tmp_path), "--", sys.executable, CULPRIT, "--clean")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.startswith("clean: nothing found")
+    assert "trained to the end" in (tmp_path / "stdout.log").read_text()
+
+
+def test_doctor_on_the_demo_example_is_clean_and_without_patch_it_is_not(tmp_path):
+    proc = run_tfrepro("doctor", "--out", str(tmp_path / "patched"), "--", sys.executable, *DEMO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "map(augment): runs in parallel with stateful random ops" in proc.stdout  # a note: serial, not wrong
+    proc = run_tfrepro("doctor", "--no-patch", "--repeats", "0", "--out", str(tmp_path / "plain"), "--",
+                       sys.executable, *DEMO)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    assert "[risk] configuration: op determinism is off" in proc.stdout
+    assert "[risk] input pipeline: map(augment): runs in parallel with stateful random ops" in proc.stdout
+    assert "static scan only" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--repeats", "1", "--", sys.executable, CULPRIT], "--repeats must be 0"),
+    (["--tf-version", "latest", "--", sys.executable, CULPRIT], "--tf-version: not a TensorFlow version"),
+    (["--"], "no command given"),
+    (["--", "python", "missing.py"], "script not found"),
+])
+def test_bad_input_is_one_line_exit_2_and_no_folder(tmp_path, args, message):
+    out = tmp_path / "out"
+    proc = run_tfrepro("doctor", "--out", str(out), *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_script_that_never_fits_or_fails_exits_2(tmp_path):
+    no_fit = tmp_path / "no_fit.py"
+    no_fit.write_text("print('no training here')\n")
+    proc = run_tfrepro("doctor", "--out", str(tmp_path / "a"), "--", sys.executable, str(no_fit))
+    assert proc.returncode == 2 and "never called Model.fit" in proc.stdout
+    failing = tmp_path / "failing.py"
+    failing.write_text("raise SystemExit('broken before training')\n")
+    proc = run_tfrepro("doctor", "--out", str(tmp_path / "b"), "--", sys.executable, str(failing))
+    assert proc.returncode == 2 and "failed with exit code 1 before its first Model.fit" in proc.stdout
+    assert "broken before training" in proc.stdout

@@ -1,0 +1,139 @@
+"""``tfrepro doctor``: ``tfrepro.diagnose`` on the first ``Model.fit`` of an unmodified script.
+
+The parent (``doctor``) launches the script as ``tfrepro run`` would (patched unless told not to),
+through this module's ``main``, which wraps the launcher's bootstrap: the first ``Model.fit`` is
+diagnosed on its own model and first batch, the diagnosis is written atomically to
+``diagnosis.json``, and the script stops there (or, with ``keep_going``, trains on). The parent
+reads the diagnosis back; a script that fails or never calls ``fit`` is said so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import itertools
+import json
+import os
+import sys
+import traceback
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfrepro import _tf
+from tfrepro._files import write_atomically
+from tfrepro.diagnosis.findings import Diagnosis
+from tfrepro.launching import bootstrap
+from tfrepro.launching.checking import RunOutcome, run_once
+from tfrepro.launching.command import bootstrap_command
+from tfrepro.launching.config import LaunchConfig
+
+REPORT = "diagnosis.json"
+_ENV = {"report": "TFREPRO_DOCTOR_REPORT", "repeats": "TFREPRO_DOCTOR_REPEATS",
+        "keep_going": "TFREPRO_DOCTOR_CONTINUE", "tf_version": "TFREPRO_DOCTOR_TF_VERSION"}
+
+
+@dataclass(frozen=True)
+class DoctorOptions:
+    """What the child does at the first ``Model.fit``; passed to it in the environment."""
+
+    report: str
+    repeats: int = 3
+    keep_going: bool = False
+    tf_version: str | None = None
+
+    def to_env(self) -> dict[str, str]:
+        env = {_ENV["report"]: self.report, _ENV["repeats"]: str(self.repeats),
+               _ENV["keep_going"]: "1" if self.keep_going else "0"}
+        if self.tf_version:
+            env[_ENV["tf_version"]] = self.tf_version
+        return env
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> DoctorOptions:
+        environ = os.environ if environ is None else environ
+        return cls(environ[_ENV["report"]], int(environ.get(_ENV["repeats"], "3")),
+                   environ.get(_ENV["keep_going"]) == "1", environ.get(_ENV["tf_version"]) or None)
+
+
+def main(argv: list[str]) -> None:
+    """The child's entry point (see ``tfrepro.launching.command.bootstrap_code``)."""
+    options = DoctorOptions.from_env()
+    bootstrap.main(argv, around=lambda config: _diagnose_first_fit(options))
+
+
+@contextlib.contextmanager
+def _diagnose_first_fit(options: DoctorOptions) -> Iterator[None]:
+    from tfrepro.diagnosis.diagnosing import diagnose
+
+    model_class = _tf.keras_module().Model
+    original = model_class.fit
+    signature = inspect.signature(original)
+    done = []
+
+    @functools.wraps(original)
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if done:
+            return original(self, *args, **kwargs)
+        done.append(True)
+        bound = signature.bind(self, *args, **kwargs)
+        given = bound.arguments
+        x = given.get("x")
+        if hasattr(x, "__next__") and not hasattr(x, "element_spec"):  # an iterator: fit gets back what we read
+            first = next(x)
+            given["x"] = itertools.chain([first], x)
+            x = iter([first])
+        try:
+            diagnosis = diagnose(self, x, given.get("y"), options.repeats, sample_weight=given.get("sample_weight"),
+                                 batch_size=given.get("batch_size"), tf_version=options.tf_version)
+            payload: dict[str, Any] = {"diagnosis": diagnosis.to_dict()}
+        except Exception as exc:  # reported to the parent, which exits 2 with it
+            traceback.print_exc(file=sys.stderr)
+            payload = {"error": f"{type(exc).__name__}: {exc}"}
+        write_atomically(Path(options.report), json.dumps(payload, indent=1))
+        if not options.keep_going or "error" in payload:
+            sys.stdout.flush()
+            raise SystemExit(0)
+        return original(*bound.args, **bound.kwargs)
+
+    model_class.fit = fit
+    try:
+        yield
+    finally:
+        model_class.fit = original
+
+
+@dataclass
+class DoctorResult:
+    """The script's run and its diagnosis, or why there is none (``failure``)."""
+
+    run: RunOutcome
+    diagnosis: Diagnosis | None = None
+    failure: str = ""
+    report: Path | None = None
+
+
+def doctor(command: list[str], *, config: LaunchConfig, out: Path, repeats: int = 3, keep_going: bool = False,
+           tf_version: str | None = None) -> DoctorResult:
+    """Run ``command`` (a Python command, as for ``tfrepro run``) and diagnose its first
+    ``Model.fit``; see the module doc. Raises ``LaunchError`` for a command that cannot be launched."""
+    argv = bootstrap_command(command, entry=__name__)
+    report = out / REPORT
+    report.unlink(missing_ok=True)
+    options = DoctorOptions(str(report.resolve()), repeats, keep_going, tf_version)
+    run = run_once(argv, config, out, 0, record=False, extra_env=options.to_env())
+    if not report.exists():
+        if run.returncode != 0:
+            return DoctorResult(run, failure=f"the script failed with exit code {run.returncode} before its first "
+                                             "Model.fit")
+        return DoctorResult(run, failure="the script never called Model.fit, so there is nothing to diagnose "
+                                         "(tfrepro doctor diagnoses the first Keras Model.fit)")
+    payload = json.loads(report.read_text())
+    if "error" in payload:
+        return DoctorResult(run, failure=f"the diagnosis failed: {payload['error']}", report=report)
+    result = DoctorResult(run, Diagnosis.from_dict(payload["diagnosis"]), report=report)
+    if run.returncode != 0:
+        result.failure = f"the script went on after the diagnosis and then failed with exit code {run.returncode}"
+    return result

@@ -1,0 +1,127 @@
+"""What ``tfrepro.diagnose`` reports: findings by layer, each with a severity, what was found and the
+fix, and the ``Diagnosis`` that holds them (printable, rich-renderable, ``to_dict``/``from_dict``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Severity, most serious first. The first five make a diagnosis unclean.
+SEVERITIES = {
+    "nondeterministic": "varied between repeats of the same step (measured)",
+    "raises": "raised UnimplementedError under op determinism when the step ran here",
+    "raises on GPU": "has no deterministic GPU kernel in this TensorFlow: UnimplementedError under op determinism",
+    "nondeterministic on GPU": "runs an order-dependent GPU kernel in this TensorFlow, even under op determinism",
+    "risk": "a setting or input pipeline that makes runs differ",
+    "downstream": "varied, but only because what it received varied",
+    "handled": "would be a problem; tfrepro already replaced it",
+    "note": "worth knowing; not a reproducibility problem",
+}
+PROBLEMS = ("nondeterministic", "raises", "raises on GPU", "nondeterministic on GPU", "risk")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding. ``where`` is a layer path (``model/block/dense``) or one of "optimizer", "loss",
+    "input pipeline", "configuration"; ``check`` says which part found it: "dynamic" (repeats of a
+    step), "ops" (the traced step's ops against the kernel table), "layers", "pipeline", "configuration"."""
+
+    severity: str
+    where: str
+    finding: str
+    fix: str = ""
+    check: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}; one of {', '.join(SEVERITIES)}")
+
+    @property
+    def problem(self) -> bool:
+        return self.severity in PROBLEMS
+
+
+@dataclass
+class Diagnosis:
+    """The findings of ``tfrepro.diagnose`` (see there), most serious first, each group in execution
+    or model order. ``clean`` is True when none is a problem (only notes, handled ops, or nothing)."""
+
+    findings: list[Finding]
+    model: str = ""
+    tf_version: str = ""
+    keras_version: str = ""
+    repeats: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+    @property
+    def problems(self) -> list[Finding]:
+        return [f for f in self.findings if f.problem]
+
+    @property
+    def first_nondeterministic(self) -> Finding | None:
+        """The first layer (or the optimizer, or the loss) in execution order that varied by itself."""
+        return next((f for f in self.findings if f.severity == "nondeterministic"), None)
+
+    def where(self, severity: str | None = None) -> list[str]:
+        """The ``where`` of every finding (of one severity), in report order."""
+        return [f.where for f in self.findings if severity is None or f.severity == severity]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clean": self.clean, "model": self.model, "tf_version": self.tf_version,
+                "keras_version": self.keras_version, "repeats": self.repeats, "seconds": dict(self.seconds),
+                "findings": [asdict(f) for f in self.findings]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
+        try:
+            findings = [Finding(**entry) for entry in data["findings"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a tfrepro diagnosis: {exc}") from exc
+        return cls(findings, data.get("model", ""), data.get("tf_version", ""), data.get("keras_version", ""),
+                   int(data.get("repeats", 0)), dict(data.get("seconds", {})))
+
+    def summary(self) -> str:
+        counts: dict[str, int] = {}
+        for f in self.findings:
+            counts[f.severity] = counts.get(f.severity, 0) + 1
+        head = "clean: nothing found that makes runs differ" if self.clean else \
+            f"{len(self.problems)} problem(s) found"
+        parts = [f"{n} {severity}" for severity, n in counts.items()]
+        checked = f"{self.model}, TF {self.tf_version}, Keras {self.keras_version}"
+        repeats = f", {self.repeats} repeats of one step" if self.repeats else ", static scan only"
+        return f"{head} ({', '.join(parts) or 'no findings'}); {checked}{repeats}"
+
+    def __str__(self) -> str:
+        lines = [self.summary()]
+        for f in self.findings:
+            lines.append(f"[{f.severity}] {f.where}: {f.finding}")
+            if f.fix:
+                lines.append(f"    fix: {f.fix}")
+        return "\n".join(lines)
+
+    def __rich__(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        styles = {"nondeterministic": "bold red", "raises": "bold red", "raises on GPU": "red", "nondeterministic on GPU": "red",
+                  "risk": "yellow", "downstream": "dim", "handled": "green", "note": "dim"}
+        table = Table(show_lines=False)
+        for column in ("severity", "where", "finding", "fix"):
+            table.add_column(column, overflow="fold")
+        for f in self.findings:
+            table.add_row(Text(f.severity, style=styles[f.severity]), f.where, f.finding, f.fix)
+        head = Text(self.summary(), style="bold green" if self.clean else "bold red")
+        return Group(head, table) if self.findings else head
+
+
+def ordered(findings: Sequence[Finding]) -> list[Finding]:
+    """Most serious first; within a severity, as found (execution or model order)."""
+    rank = {severity: i for i, severity in enumerate(SEVERITIES)}
+    return sorted(findings, key=lambda f: rank[f.severity])

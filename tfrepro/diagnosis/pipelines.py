@@ -1,0 +1,122 @@
+"""Input-pipeline risks, read from a ``tf.data.Dataset``'s graph: parallel maps and interleaves whose
+functions hold stateful random ops, ``deterministic=False`` (on a transformation or in the options),
+unseeded shuffles and random ops, and ``sample_from_datasets`` under a distribution strategy.
+
+Under op determinism TensorFlow forces ``deterministic=True`` and runs a parallel map with stateful
+random ops serially: deterministic, but slow (TF #62100, #39992); without it, such a map hands its
+random numbers to elements in thread order, and each run augments differently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfrepro import _tf
+from tfrepro.diagnosis import graph_walk
+from tfrepro.diagnosis.findings import Finding
+
+_PARALLEL = {"ParallelMapDataset", "ParallelMapDatasetV2", "MapAndBatchDataset", "ExperimentalMapAndBatchDataset",
+             "ParallelInterleaveDataset", "ParallelInterleaveDatasetV2", "ParallelInterleaveDatasetV3",
+             "ParallelInterleaveDatasetV4", "ParallelFilterDataset", "LegacyParallelInterleaveDatasetV2"}
+_SHUFFLES = {"ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3", "ShuffleAndRepeatDataset",
+             "ShuffleAndRepeatDatasetV2"}
+# Random ops whose stream lives in the kernel or in a generator: the order of calls decides who gets what.
+STATEFUL_RANDOM = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle",
+                   "RandomGamma", "RandomPoisson", "RandomPoissonV2", "Multinomial", "RandomCrop",
+                   "ParameterizedTruncatedNormal", "SampleDistortedBoundingBox", "SampleDistortedBoundingBoxV2",
+                   "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt", "StatefulStandardNormal",
+                   "StatefulStandardNormalV2", "StatefulTruncatedNormal", "StatefulRandomBinomial", "RngReadAndSkip",
+                   "RngSkip"}
+_STATELESS_FIX = ("draw one seed per element in a serial stage and use stateless ops: "
+                  "tf.data.Dataset.zip((ds, tf.data.Dataset.random(seed=S).batch(2))).map(lambda x, s: "
+                  "f(x, seed=s), num_parallel_calls=...) with tf.image.stateless_random_* / tf.random.stateless_*")
+
+
+def dataset_graph(dataset: Any) -> Any:
+    """The dataset's ``GraphDef`` (functions included; external state such as generators ignored)."""
+    tf = _tf.import_tf()
+    # `_variant_tensor` has no public name; DatasetToGraphV2 is what tf.data's own checkpointing uses.
+    serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=dataset._variant_tensor, external_state_policy=1,
+                                             strip_device_assignment=True)
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(serialized.numpy())
+    return graph
+
+
+def _constants(graph: Any) -> dict[str, Any]:
+    """The integer constants of the dataset's graph (seeds, buffer sizes), by node name."""
+    tf = _tf.import_tf()
+    integers = (tf.int32.as_datatype_enum, tf.int64.as_datatype_enum)
+    return {node.name: tf.make_ndarray(node.attr["value"].tensor) for node in graph.node
+            if node.op == "Const" and node.attr["dtype"].type in integers}
+
+
+def _const(constants: dict[str, Any], name: str) -> Any:
+    return constants.get(name.split(":")[0].lstrip("^"))
+
+
+def _label(node: graph_walk.Node) -> str:
+    """``map(augment)``, ``interleave(load)``, ``shuffle``...: the transformation and its function."""
+    kind = ("sample_from_datasets" if "DirectedInterleave" in node.op else "interleave" if "Interleave" in node.op
+            else "filter" if "Filter" in node.op else "shuffle" if "Shuffle" in node.op else "map")
+    function = node.attrs.get("f")
+    return f"{kind}({graph_walk.python_name(function)})" if function else kind
+
+
+def pipeline_findings(dataset: Any, *, distributed: bool = False) -> list[Finding]:
+    """The input-pipeline risks of ``dataset`` (see the module doc), one finding per transformation."""
+    tf = _tf.import_tf()
+    determinism = bool(_tf.op_determinism_enabled())
+    try:
+        graph = dataset_graph(dataset)
+    except (tf.errors.OpError, ValueError, AttributeError) as exc:
+        return [Finding("note", "input pipeline", f"could not read the dataset's graph ({exc}); not checked",
+                        check="pipeline")]
+    nodes = list(graph_walk.walk(graph))
+    constants = _constants(graph)
+    found: list[Finding] = []
+    top = [node for node in nodes if not node.functions]
+    for node in top:
+        inside = [n for n in nodes if n.name.startswith(node.name + "/")]
+        random_ops = sorted({n.op for n in inside if n.op in STATEFUL_RANDOM})
+        where = f"input pipeline: {_label(node)}"
+        if node.op in _PARALLEL and random_ops:
+            if determinism:
+                found.append(Finding("note", where, f"runs in parallel with stateful random ops ({', '.join(random_ops)}):"
+                                     " under op determinism TensorFlow runs it serially (deterministic, but slow: "
+                                     "TF #62100)", _STATELESS_FIX, "pipeline", {"ops": random_ops}))
+            else:
+                found.append(Finding("risk", where, f"runs in parallel with stateful random ops ({', '.join(random_ops)}):"
+                                     " random numbers go to elements in thread order, so each run augments "
+                                     "differently", _STATELESS_FIX + "; or tfrepro.patch()", "pipeline",
+                                     {"ops": random_ops}))
+        if node.attrs.get("deterministic") == "false":
+            found.append(_nondeterministic_order(where, determinism, "deterministic=False"))
+        unseeded = sorted({n.op for n in inside if n.op in STATEFUL_RANDOM and not n.attrs.get("seed")
+                           and not n.attrs.get("seed2") and "seed" in n.attrs})
+        if unseeded and not determinism:
+            found.append(Finding("risk", where, f"unseeded random ops ({', '.join(unseeded)}) draw new seeds each run",
+                                 "tf.random.set_seed / tfrepro.patch(seed), or seed= on the ops", "pipeline"))
+        if node.op in _SHUFFLES and len(node.inputs) >= 4:
+            seeds = [_const(constants, name) for name in node.inputs[2:4]]
+            if all(seed is not None and int(seed) == 0 for seed in seeds):
+                found.append(Finding("risk", "input pipeline: shuffle", "unseeded shuffle: each run reads the data "
+                                     "in another order", "shuffle(..., seed=S), or tf.random.set_seed / "
+                                     "tfrepro.patch(seed) before the dataset is built", "pipeline"))
+        if node.op == "DirectedInterleaveDataset" and distributed:
+            found.append(Finding("risk", where, "sample_from_datasets under a distribution strategy: each worker "
+                                 "samples its own sequence of sources", "sample_from_datasets(..., seed=S), and "
+                                 "check the runs with `tfrepro check`", "pipeline"))
+    options = dataset.options()
+    if getattr(options, "deterministic", getattr(options, "experimental_deterministic", None)) is False:
+        found.append(_nondeterministic_order("input pipeline: options", determinism,
+                                             "Options.deterministic = False"))
+    return found
+
+
+def _nondeterministic_order(where: str, determinism: bool, what: str) -> Finding:
+    if determinism:
+        return Finding("note", where, f"{what}: overridden by op determinism (TensorFlow keeps the order)",
+                       "", "pipeline")
+    return Finding("risk", where, f"{what}: elements arrive in the order threads finish them",
+                   f"drop {what}, or tfrepro.patch()", "pipeline")
