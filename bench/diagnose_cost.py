@@ -6,7 +6,7 @@ Each round builds a fresh model (so every trace is a first trace, as for a user)
   epoch       one fit epoch of the same model on the same data (batch 64), after a warm-up epoch
 Prints the medians over the rounds and the ratio diagnose / epoch ("well under one epoch"). The
 bisection runs K steps and traces K times: its cost does not grow with the dataset, an epoch's
-does. Not a test: nothing is asserted.
+does. Not a test: no time is asserted (only that the diagnosis is clean).
 
     python bench/diagnose_cost.py [--rounds 3] [--repeats 3] [--limit 4096]
 """

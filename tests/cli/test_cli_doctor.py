@@ -69,3 +69,29 @@ def test_a_script_that_never_fits_or_fails_exits_2(tmp_path):
     proc = run_tfrepro("doctor", "--out", str(tmp_path / "b"), "--", sys.executable, str(failing))
     assert proc.returncode == 2 and "failed with exit code 1 before its first Model.fit" in proc.stdout
     assert "broken before training" in proc.stdout
+
+
+def test_continue_hands_a_generator_back_to_fit_whole(tmp_path):
+    script = tmp_path / "generator_fit.py"
+    script.write_text("""
+import numpy as np
+import tensorflow as tf
+
+def batches():
+    for step in range(6):
+        yield np.full((4, 3), step, "float32"), np.ones((4, 1), "float32")
+
+class Count(tf.keras.callbacks.Callback):
+    seen = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        Count.seen += 1
+
+model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+model.fit(batches(), epochs=1, verbose=0, callbacks=[Count()])
+print("steps", Count.seen)
+""")
+    proc = run_tfrepro("doctor", "--continue", "--out", str(tmp_path / "out"), "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "steps 6" in (tmp_path / "out" / "stdout.log").read_text()  # the batch the diagnosis read was given back

@@ -104,6 +104,79 @@ def test_forward_noise_is_named_in_the_forward_pass_and_what_follows_is_downstre
     assert "first" not in diagnosis.where()[:diagnosis.where().index("culprit")]
 
 
+def test_a_skip_connection_does_not_move_the_blame(keras, tf):
+    """The tensor `first` produces is read by the culprit and by the Add: the gradient `first` receives
+    varies, but what each call passes back is compared per call, so the Add is not blamed."""
+    with tfrepro.patched(0):
+        inputs = keras.Input((6,))
+        hidden = keras.layers.Dense(5, activation="tanh", name="first")(inputs)
+        branch = _culprit(keras, tf, input_gradient=True)(hidden)
+        merged = keras.layers.Add(name="add")([hidden, branch])
+        model = keras.Model(inputs, keras.layers.Dense(3, name="last")(merged))
+        model.compile(optimizer="adam", loss="mse")
+        diagnosis = tfrepro.diagnose(model, X, Y)
+    assert diagnosis.where("nondeterministic") == ["culprit"], str(diagnosis)
+    assert "add" not in diagnosis.where() and "first" in diagnosis.where("downstream")
+
+
+def test_a_shared_layer_is_not_blamed_for_what_reaches_it_through_another_call(keras, tf):
+    culprit = _culprit(keras, tf, input_gradient=True)
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__(name="net")
+            self.shared = keras.layers.Dense(5, activation="tanh", name="shared")
+            self.middle = culprit
+            self.last = keras.layers.Dense(3, name="last")
+
+        def call(self, inputs):
+            return self.last(self.shared(self.middle(self.shared(inputs[:, :5]))))  # shared is called twice
+
+    with tfrepro.patched(0):
+        model = Net()
+        model.compile(optimizer="adam", loss="mse")
+        diagnosis = tfrepro.diagnose(model, X, Y)
+    assert diagnosis.where("nondeterministic") == ["culprit"], str(diagnosis)
+    assert "shared" in diagnosis.where("downstream")
+
+
+def test_noise_in_the_models_own_call_is_named_as_the_model(keras, tf):
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__(name="net")
+            self.first = keras.layers.Dense(5, name="first")
+            self.last = keras.layers.Dense(3, name="last")
+
+        def call(self, inputs):
+            hidden = self.first(inputs)
+            jitter = tf.numpy_function(lambda: np.random.default_rng().normal(0, 1e-3, (1, 5)).astype("float32"), [],
+                                       tf.float32)
+            return self.last(hidden + tf.reshape(jitter, [1, 5]))
+
+    with tfrepro.patched(0):
+        model = Net()
+        model.compile(optimizer="adam", loss="mse")
+        diagnosis = tfrepro.diagnose(model, X, Y)
+    assert diagnosis.where("nondeterministic") == ["net"], str(diagnosis)
+    assert "the model's own code between its layers" in diagnosis.first_nondeterministic.finding
+    assert diagnosis.where("downstream")[:2] == ["last", "loss"]  # forward, then the backward pass reaches first
+    assert next(f for f in diagnosis.findings if f.where == "first").details["phase"] == "backward"
+
+
+def test_every_tensor_argument_counts_as_input(keras, tf):
+    """MultiHeadAttention(query, value): a varying value (its second argument) makes it downstream."""
+    _, noise = make_layers(keras, tf)
+    with tfrepro.patched(0):
+        inputs = keras.Input((4, 6))
+        value = noise(name="noisy")(keras.layers.Dense(6, name="project")(inputs))
+        attended = keras.layers.MultiHeadAttention(2, 3, name="mha")(inputs, value)
+        model = keras.Model(inputs, keras.layers.Dense(3, name="last")(keras.layers.Flatten()(attended)))
+        model.compile(optimizer="adam", loss="mse")
+        diagnosis = tfrepro.diagnose(model, RNG.random((8, 4, 6)).astype("float32"), RNG.random((8, 3)).astype("float32"))
+    assert diagnosis.where("nondeterministic") == ["noisy"], str(diagnosis)
+    assert "mha" in diagnosis.where("downstream")
+
+
 @pytest.mark.core
 def test_negative_control_the_same_model_without_the_shuffle_is_clean(keras, tf):
     with tfrepro.patched(0):

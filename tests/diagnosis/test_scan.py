@@ -201,9 +201,31 @@ def test_configuration_risks_and_notes(keras, tf, monkeypatch):
     assert not [f for f in found if f.severity == "risk"]
 
 
-def test_sample_from_datasets_under_a_strategy_is_a_risk(tf):
+def test_unseeded_sample_from_datasets_is_a_risk_also_under_a_strategy(tf):
     from tfrepro.diagnosis.pipelines import pipeline_findings
 
-    sampled = tf.data.Dataset.sample_from_datasets([tf.data.Dataset.range(4), tf.data.Dataset.range(4)], seed=1)
-    assert [f.where for f in pipeline_findings(sampled, distributed=True)] == ["input pipeline: sample_from_datasets"]
-    assert pipeline_findings(sampled, distributed=False) == []
+    if _tf.op_determinism_enabled():
+        pytest.skip("op determinism was left on in this process")
+    tf.random.set_seed(None)
+    sources = [tf.data.Dataset.range(4), tf.data.Dataset.range(4)]
+    unseeded = tf.data.Dataset.sample_from_datasets(sources)
+    found = pipeline_findings(unseeded, distributed=True)
+    assert [f.where for f in found] == ["input pipeline: Dataset.random"]
+    assert "sample_from_datasets" in found[0].finding and "every worker" in found[0].finding
+    assert pipeline_findings(tf.data.Dataset.sample_from_datasets(sources, seed=1), distributed=True) == []
+
+
+def test_keras_random_layers_and_nested_datasets_in_a_parallel_map_are_found(keras, tf):
+    from tfrepro.diagnosis.pipelines import pipeline_findings
+
+    flip = keras.layers.RandomFlip(seed=1)
+    images = tf.data.Dataset.from_tensor_slices(tf.zeros([4, 8, 8, 3]))
+    flipped = images.map(lambda image: flip(image), num_parallel_calls=2)
+    found = pipeline_findings(flipped)
+    assert [f.where for f in found] == ["input pipeline: map(lambda)"] and found[0].details["ops"], found
+
+    def inner(_):
+        return images.map(lambda image: tf.image.random_flip_left_right(image, seed=3), num_parallel_calls=2)
+
+    nested = tf.data.Dataset.range(2).interleave(inner, cycle_length=1)
+    assert [f.where for f in pipeline_findings(nested)] == ["input pipeline: map(lambda)"]  # the inner map, once

@@ -66,7 +66,11 @@ def first_batch(x: Any, y: Any = None, sample_weight: Any = None, batch_size: in
     else:
         size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
         rows = tf.nest.flatten(x)
-        if not rows or len(rows[0]) == 0:
+        if not rows or not all(getattr(a, "shape", None) and len(a.shape) for a in rows):
+            raise ValueError(f"x must be arrays or tensors with a batch dimension (a dict or list of them too), a "
+                             f"tf.data.Dataset, a Sequence or an iterator; got {type(x).__name__} "
+                             f"{str(x)[:60]!r}")
+        if len(rows[0]) == 0:
             raise ValueError("x is empty: there is no batch to diagnose")
         take = lambda structure: None if structure is None else tf.nest.map_structure(  # noqa: E731
             lambda a: tf.convert_to_tensor(a[:size]), structure)

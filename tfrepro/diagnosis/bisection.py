@@ -87,11 +87,13 @@ def _loss(model: Any, batch_x: Any, y: Any, y_pred: Any, sample_weight: Any) -> 
 
 
 class _Step:
-    """One repeat's traced step. ``items`` describe the fingerprinted tensors, in order."""
+    """One repeat's traced step. ``items`` describe the fingerprinted tensors, in order; the values
+    of the items numbered in ``keep`` are returned too (to measure by how much they differ)."""
 
-    def __init__(self, model: Any, spy: LayerCalls):
+    def __init__(self, model: Any, spy: LayerCalls, keep: Sequence[int] = ()):
         self.model = model
         self.spy = spy
+        self.keep = tuple(keep)
         self.items: list[Item] = []
         self.calls: list[LayerCall] = []
 
@@ -107,7 +109,7 @@ class _Step:
             scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
         self.calls = list(calls)
         variables = list(model.trainable_variables)
-        names = [getattr(v, "path", None) or v.name for v in variables]
+        names = [_name(v) for v in variables]
         inputs = [(c.start, t) for c in calls for t in c.inputs]
         outputs = [(c.start, t) for c in calls for t in c.outputs]
         gradients = tape.gradient(scaled, [*variables, *(t for _, t in inputs), *(t for _, t in outputs)])
@@ -135,9 +137,12 @@ class _Step:
             add(Item("gradient", variable=name), gradient)
         for name, value in zip(names, updated):
             add(Item("update", variable=name), value)
-        prints = gradient_fingerprints(tf, tensors)
-        dense = [tf.zeros([0]) if t is None else tf.convert_to_tensor(t) for t in tensors]
-        return prints, dense
+        kept = [tf.zeros([0]) if tensors[i] is None else tf.convert_to_tensor(tensors[i]) for i in self.keep]
+        return gradient_fingerprints(tf, tensors), kept
+
+
+def _name(variable: Any) -> str:
+    return getattr(variable, "path", None) or variable.name
 
 
 def _max_abs_diff(a: Any, b: Any) -> float:
@@ -153,12 +158,18 @@ def _max_abs_diff(a: Any, b: Any) -> float:
 @dataclass
 class _Variation:
     differing: int = 0  # repeats that differ from the first
-    max_abs_diff: float = 0.0
+    max_abs_diff: float | None = None  # None: the runs that kept values happened to agree
+
+
+class _TracingVaries(Exception):
+    """The step traced to different graphs in two repeats."""
 
 
 def run_repeats(model: Any, batch: Batch, spy: LayerCalls, repeats: int) -> tuple[_Step, dict[int, _Variation]]:
-    """Run the step ``repeats`` times from the same state; which items varied, and by how much.
-    Every variable and RNG is restored afterwards, also when a repeat fails."""
+    """Run the step ``repeats`` times from the same state and say which items varied (how many
+    repeats differ from the first). Only fingerprints leave the device; when something varied,
+    ``repeats`` more runs keep the values of just those items, to measure by how much. Every
+    variable and RNG is restored afterwards, also when a repeat fails."""
     tf = _tf.import_tf()
     variables = state_variables(model)
     saved = [np.array(v.numpy(), copy=True) for v in variables]
@@ -173,40 +184,53 @@ def run_repeats(model: Any, batch: Batch, spy: LayerCalls, repeats: int) -> tupl
         for holder, seed in zip(holders, saved_seeds):
             holder._seed = seed
 
-    variation: dict[int, _Variation] = {}
-    first: _Step | None = None
-    reference: tuple[Any, list[Any]] | None = None
+    def run(keep: Sequence[int]) -> tuple[_Step, Any, list[Any]]:
+        restore()
+        step = _Step(model, spy, keep)
+        prints, values = tf.function(step, jit_compile=xla_compiled(model) or None)(batch.x, batch.y,
+                                                                                   batch.sample_weight)
+        return step, prints.numpy(), values
+
     try:
-        for repeat in range(repeats):
-            restore()
-            step = _Step(model, spy)
-            function = tf.function(step, jit_compile=xla_compiled(model) or None)
-            prints, values = function(batch.x, batch.y, batch.sample_weight)
-            prints = prints.numpy()
-            if reference is None:
-                first, reference = step, (prints, values)
-                continue
+        first, reference, _ = run(())
+        variation: dict[int, _Variation] = {}
+        for repeat in range(1, repeats):
+            step, prints, _ = run(())
             if step.items != first.items:
-                raise RuntimeError(f"the traced step differs between repeats ({len(first.items)} tensors in the "
-                                   f"first, {len(step.items)} in repeat {repeat}): tracing itself is not reproducible")
-            for index in np.flatnonzero(np.any(prints != reference[0], axis=1)):
-                entry = variation.setdefault(int(index), _Variation())
-                entry.differing += 1
-                diff = _max_abs_diff(values[index].numpy(), reference[1][index].numpy())
-                entry.max_abs_diff = diff if np.isnan(diff) else max(entry.max_abs_diff, diff)
+                raise _TracingVaries(f"the traced step differs between repeats ({len(first.items)} tensors in the "
+                                     f"first, {len(step.items)} in repeat {repeat}): tracing itself is not "
+                                     "reproducible (Python-side randomness or set order while the step is built?)")
+            for index in np.flatnonzero(np.any(prints != reference, axis=1)):
+                variation.setdefault(int(index), _Variation()).differing += 1
+        if variation:
+            keep = sorted(variation)
+            _, kept_prints, kept_reference = run(keep)
+            for _ in range(1, repeats):
+                _, prints, values = run(keep)
+                for position, index in enumerate(keep):
+                    if np.any(prints[index] != kept_prints[index]):
+                        diff = _max_abs_diff(values[position].numpy(), kept_reference[position].numpy())
+                        entry = variation[index]
+                        entry.max_abs_diff = diff if entry.max_abs_diff is None or np.isnan(diff) else \
+                            max(entry.max_abs_diff, diff)
     finally:
         restore()
-    assert first is not None
     return first, variation
 
 
 def _owners(layers: Sequence[Layer]) -> dict[str, Layer]:
-    """Each trainable weight's innermost owning layer, by variable name."""
+    """Each trainable weight's innermost owning layer (the model for its own weights), by name."""
     owner: dict[str, Layer] = {}
-    for layer in layers:  # depth first: a sublayer comes after its parent and overrides it
+    for layer in layers:
         for weight in layer.obj.trainable_weights:
-            owner[getattr(weight, "path", None) or weight.name] = layer
+            current = owner.get(_name(weight))
+            if current is None or _depth(layer, layers) > _depth(current, layers):
+                owner[_name(weight)] = layer
     return owner
+
+
+def _depth(layer: Layer, layers: Sequence[Layer]) -> int:
+    return -1 if layer is layers[-1] else layer.path.count("/")  # the model (last) holds every weight
 
 
 def _describe(kinds: Sequence[str]) -> str:
@@ -230,11 +254,17 @@ def _raised(error: Any, spy: LayerCalls) -> Finding:
     node = re.search(r"\{\{node ([^}]+)\}\}", error.message or "")
     layer = spy.layer_of(node.group(1)) if node else None
     op = node.group(1).rsplit("/", 1)[-1] if node else ""
-    fact = next((f for f in kernel_facts.FACTS if _SUFFIX.sub("", op) in f.op_types), None)
+    fact = next((f for f in kernel_facts.FACTS if _SUFFIX.sub("", op) in f.op_types), None)  # names are op types
     first_line = (error.message or "").strip().splitlines()[0]
     return Finding("raises", layer.path if layer else "train step", f"the step raised UnimplementedError when it "
                    f"ran: {first_line}", fact.fix if fact else "", "dynamic",
                    {"op": op, "node": node.group(1) if node else None})
+
+
+def _amount(entry: _Variation, later: int) -> str:
+    size = "not measured: the runs that kept values agreed" if entry.max_abs_diff is None else \
+        f"{entry.max_abs_diff:.3g}"
+    return f"{entry.differing} of {later} later repeat(s) differ from the first; max |difference| {size}"
 
 
 def bisect(model: Any, batch: Batch, spy: LayerCalls, repeats: int) -> list[Finding]:
@@ -245,10 +275,13 @@ def bisect(model: Any, batch: Batch, spy: LayerCalls, repeats: int) -> list[Find
         step, variation = run_repeats(model, batch, spy, repeats)
     except tf.errors.UnimplementedError as error:
         return [_raised(error, spy)]
+    except _TracingVaries as error:
+        return [Finding("nondeterministic", "train step", str(error), "make the code that builds the step "
+                        "deterministic: seed Python's random, fix PYTHONHASHSEED (`tfrepro run`)", "dynamic")]
     if not variation:
         return []
     later = repeats - 1
-    owners = _owners(spy.layers)
+    model_layer = spy.layers[-1]
     calls = {call.start: call for call in step.calls}
     varied: dict[int, dict[str, _Variation]] = {}  # call start -> kind -> variation
     weights_varied: dict[str, _Variation] = {}
@@ -258,19 +291,19 @@ def bisect(model: Any, batch: Batch, spy: LayerCalls, repeats: int) -> list[Find
         item = step.items[index]
         if item.call is not None:
             kinds = varied.setdefault(item.call, {})
-            kinds[item.kind] = max(kinds.get(item.kind, entry), entry, key=lambda v: v.max_abs_diff)
+            kinds[item.kind] = max(kinds.get(item.kind, entry), entry, key=lambda v: v.max_abs_diff or 0.0)
         elif item.kind == "gradient":
             weights_varied[item.variable] = entry
         elif item.kind == "update":
             updates_varied[item.variable] = entry
         else:
             loss_varied = entry
+    owners = _owners(spy.layers)
     for name, entry in weights_varied.items():  # a weight's gradient belongs to its layer's backward pass
-        layer = owners.get(name)
-        for call in step.calls:
-            if layer is not None and call.layer is layer:
-                varied.setdefault(call.start, {}).setdefault("gradient", entry)
-                break
+        layer_calls = [call for call in step.calls if call.layer is owners.get(name)]
+        receiving = [c for c in layer_calls if {"input", "output", "output gradient"} & set(varied.get(c.start, {}))]
+        for call in receiving or layer_calls[:1]:  # a shared layer varies by itself only if no call received it
+            varied.setdefault(call.start, {}).setdefault("gradient", entry)
 
     origins = [calls[start] for start, kinds in varied.items() if _by_itself(set(kinds))]
     inner = {id(c) for c in origins if not any(o is not c and o.within(c) for o in origins)}
@@ -278,16 +311,18 @@ def bisect(model: Any, batch: Batch, spy: LayerCalls, repeats: int) -> list[Find
     for start, kinds in varied.items():
         call = calls[start]
         forward = bool({"input", "output"} & set(kinds))
-        worst = max(kinds.values(), key=lambda v: v.max_abs_diff)
+        worst = max(kinds.values(), key=lambda v: v.max_abs_diff or 0.0)
         details = {"layer": call.layer.kind, "varied": sorted(kinds), "repeats_differing": worst.differing,
                    "repeats": repeats, "max_abs_diff": worst.max_abs_diff,
                    "phase": "forward" if forward else "backward"}
-        amount = (f"{worst.differing} of {later} later repeat(s) differ from the first; max |difference| "
-                  f"{worst.max_abs_diff:.3g}")
+        amount = _amount(worst, later)
         if id(call) in inner:
             own = [k for k in ("output", "input gradient", "gradient") if k in kinds]
-            finding = Finding("nondeterministic", call.layer.path, f"{_describe(own)} varied between repeats of the "
-                              f"same step from the same state and inputs ({amount})", "", "dynamic", details)
+            what = ("the model's own code between its layers: " if call.layer is model_layer else "") + _describe(own)
+            finding = Finding("nondeterministic", call.layer.path, f"{what} varied between repeats of the same step "
+                              f"from the same state and inputs ({amount})", "", "dynamic", details)
+        elif call.layer is model_layer:
+            continue  # the whole model varied because something in it did: says nothing new
         elif any(o.within(call) for o in origins):
             finding = Finding("downstream", call.layer.path, f"varied because a layer inside it did ({amount})", "",
                               "dynamic", details)
@@ -298,14 +333,18 @@ def bisect(model: Any, batch: Batch, spy: LayerCalls, repeats: int) -> list[Find
     forward_varied = any({"input", "output"} & set(k) for k in varied.values())
     if loss_varied is not None:
         severity = "downstream" if forward_varied else "nondeterministic"
-        events.append(((1, 0), Finding(severity, "loss", f"the loss varied ({loss_varied.differing} of {later} later "
-                                       f"repeat(s); max |difference| {loss_varied.max_abs_diff:.3g})", "", "dynamic",
-                                       {"max_abs_diff": loss_varied.max_abs_diff})))
+        events.append(((1, 0), Finding(severity, "loss", f"the loss varied ({_amount(loss_varied, later)})", "",
+                                       "dynamic", {"max_abs_diff": loss_varied.max_abs_diff})))
     unexplained = sorted(name for name in updates_varied if name not in weights_varied)
     if unexplained:
-        worst = max((updates_varied[n] for n in unexplained), key=lambda v: v.max_abs_diff)
+        worst = max((updates_varied[n] for n in unexplained), key=lambda v: v.max_abs_diff or 0.0)
         events.append(((3, 0), Finding(
             "nondeterministic", "optimizer", f"the update of {', '.join(unexplained)} varied although its gradient "
-            f"did not ({worst.differing} of {later} later repeat(s); max |difference| {worst.max_abs_diff:.3g})",
-            "", "dynamic", {"variables": unexplained, "optimizer": type(model.optimizer).__name__})))
-    return [finding for _, finding in sorted(events, key=lambda event: event[0])]
+            f"did not ({_amount(worst, later)})", "", "dynamic",
+            {"variables": unexplained, "optimizer": type(model.optimizer).__name__})))
+    findings = [finding for _, finding in sorted(events, key=lambda event: event[0])]
+    if not any(f.severity == "nondeterministic" for f in findings):  # varied, but no origin could be placed
+        findings.insert(0, Finding("nondeterministic", "train step", "the step varied between repeats but no layer, "
+                                   "loss or optimizer update varied by itself: see the downstream findings for "
+                                   "where it shows first", "", "dynamic"))
+    return findings

@@ -75,9 +75,9 @@ def diagnose(model: Any, x: Any, y: Any = None, repeats: int = 3, *, sample_weig
 def _with_fixes(dynamic: list[Finding], static: list[Finding]) -> list[Finding]:
     """A layer that varied by itself gets the static fix found for it, or the general advice."""
     fixes = {f.where: f.fix for f in static if f.fix and f.check == "ops"}
-    general = ("find the order-dependent op in this layer: a sum in thread order (atomics, unsorted_segment_sum, "
-               "scatter-add) can use tfrepro.ops' order-invariant ops (tfrepro.patch(ops=True), or call them "
-               "directly); then `tfrepro.diagnose` again")
+    general = ("find what varies in this layer: an order-dependent sum (atomics, unsorted_segment_sum, scatter-add: "
+               "tfrepro.ops has order-invariant ones, tfrepro.patch(ops=True)) or randomness no seed reaches "
+               "(numpy_function, OS entropy, an unseeded generator); then `tfrepro.diagnose` again")
     result = []
     for finding in dynamic:
         if finding.severity == "nondeterministic" and not finding.fix:

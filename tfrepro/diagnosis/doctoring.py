@@ -12,11 +12,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import itertools
 import json
+import logging
 import os
 import sys
-import traceback
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +60,7 @@ class DoctorOptions:
 def main(argv: list[str]) -> None:
     """The child's entry point (see ``tfrepro.launching.command.bootstrap_code``)."""
     options = DoctorOptions.from_env()
-    bootstrap.main(argv, around=lambda config: _diagnose_first_fit(options))
+    bootstrap.main(argv, around=lambda: _diagnose_first_fit(options))
 
 
 @contextlib.contextmanager
@@ -83,14 +82,14 @@ def _diagnose_first_fit(options: DoctorOptions) -> Iterator[None]:
         x = given.get("x")
         if hasattr(x, "__next__") and not hasattr(x, "element_spec"):  # an iterator: fit gets back what we read
             first = next(x)
-            given["x"] = itertools.chain([first], x)
+            given["x"] = _rejoined(first, x)
             x = iter([first])
         try:
             diagnosis = diagnose(self, x, given.get("y"), options.repeats, sample_weight=given.get("sample_weight"),
                                  batch_size=given.get("batch_size"), tf_version=options.tf_version)
             payload: dict[str, Any] = {"diagnosis": diagnosis.to_dict()}
-        except Exception as exc:  # reported to the parent, which exits 2 with it
-            traceback.print_exc(file=sys.stderr)
+        except Exception as exc:  # reported to the parent, which exits 2 with it; the traceback goes to the log
+            logging.getLogger(__name__).exception("tfrepro doctor: the diagnosis failed")
             payload = {"error": f"{type(exc).__name__}: {exc}"}
         write_atomically(Path(options.report), json.dumps(payload, indent=1))
         if not options.keep_going or "error" in payload:
@@ -103,6 +102,12 @@ def _diagnose_first_fit(options: DoctorOptions) -> Iterator[None]:
         yield
     finally:
         model_class.fit = original
+
+
+def _rejoined(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    """A generator (what Keras accepts) yielding ``first`` and then the rest of the iterator."""
+    yield first
+    yield from rest
 
 
 @dataclass

@@ -27,10 +27,6 @@ class Node:
     inputs: tuple[str, ...] = ()
 
     @property
-    def backprop(self) -> bool:
-        return self.name.startswith("gradient_tape/") or "/gradient_tape/" in self.name
-
-    @property
     def function(self) -> str | None:
         """The Python name of the innermost function the op sits in, or None at the top level."""
         return python_name(self.functions[-1]) if self.functions else None

@@ -1,7 +1,7 @@
 """Which Keras layer produced which op and which tensor: every sublayer's ``call``, spied on while a
 train step is traced.
 
-While ``LayerCalls.recording()`` is active, each sublayer's ``call`` (nested layers included) runs
+While ``LayerCalls.recording()`` is active, each layer's ``call`` (nested layers and the model included) runs
 inside a name scope ``tfrepro_layer_<N>``, so every op it makes, and every gradient op that
 ``GradientTape`` derives from those ops (named ``gradient_tape/<forward op's scope>/...``), carries
 the layer's mark; and each call is recorded with its inputs, outputs and ``training`` argument.
@@ -24,12 +24,11 @@ _MARK_TOKEN = re.compile(rf"^{MARK}(\d+)(?:_\d+)?$")
 
 @dataclass
 class Layer:
-    """One sublayer of the model: its object, its path of names from the model, its parent."""
+    """One layer: its object and its path of names from the model (the model itself: its name)."""
 
     number: int
     obj: Any
     path: str
-    parent: int | None
 
     @property
     def kind(self) -> str:
@@ -59,20 +58,22 @@ class LayerCall:
 
 
 def sublayers(model: Any) -> list[Layer]:
-    """Every layer inside ``model`` (not the model itself), depth first, each once, with its path."""
+    """Every layer inside ``model``, depth first, each once, with its path; then the model itself
+    (its own code between its layers), named by its name."""
     found: list[Layer] = []
     seen = {id(model)}
 
-    def visit(layer: Any, path: str, parent: int | None) -> None:
+    def visit(layer: Any, path: str) -> None:
         for child in _children(layer):
             if id(child) in seen:
                 continue
             seen.add(id(child))
-            entry = Layer(len(found), child, f"{path}/{child.name}" if path else child.name, parent)
+            entry = Layer(len(found), child, f"{path}/{child.name}" if path else child.name)
             found.append(entry)
-            visit(child, entry.path, entry.number)
+            visit(child, entry.path)
 
-    visit(model, "", None)
+    visit(model, "")
+    found.append(Layer(len(found), model, model.name))
     return found
 
 
@@ -84,14 +85,18 @@ def _children(layer: Any) -> list[Any]:
     return list(flatten(include_self=False, recursive=False))
 
 
+def _is_floating(tf: Any, value: Any) -> bool:
+    return isinstance(value, tf.Tensor) and value.dtype.is_floating
+
+
 def floating(tf: Any, structure: Any) -> list[Any]:
     """The floating-point tensors in a nested structure, flattened."""
-    return [t for t in tf.nest.flatten(structure)
-            if isinstance(t, tf.Tensor) and t.dtype.is_floating]
+    return [t for t in tf.nest.flatten(structure) if _is_floating(tf, t)]
 
 
 class LayerCalls:
-    """The spy. ``layers`` are the model's sublayers; ``calls`` the calls of the last recording."""
+    """The spy. ``layers`` are the model's sublayers and, last, the model; ``calls`` the calls of the
+    last recording."""
 
     def __init__(self, model: Any):
         self.layers = sublayers(model)
@@ -131,8 +136,12 @@ class LayerCalls:
         calls = self.calls
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            # Every floating tensor argument goes in through an identity of this call's own, so that the
+            # gradient with respect to it is what this call passes back, not the sum over all readers.
+            args, kwargs = tf.nest.map_structure(lambda v: tf.identity(v) if _is_floating(tf, v) else v,
+                                                 (args, kwargs))
             record = LayerCall(layer, next(counter), stack[-1] if stack else None, kwargs.get("training"),
-                               inputs=floating(tf, (args[:1], kwargs.get("inputs"))))
+                               inputs=floating(tf, (args, kwargs)))
             calls.append(record)
             stack.append(record)
             try:

@@ -1,6 +1,8 @@
-"""Input-pipeline risks, read from a ``tf.data.Dataset``'s graph: parallel maps and interleaves whose
-functions hold stateful random ops, ``deterministic=False`` (on a transformation or in the options),
-unseeded shuffles and random ops, and ``sample_from_datasets`` under a distribution strategy.
+"""Input-pipeline risks, read from a ``tf.data.Dataset``'s graph (nested datasets included): parallel
+maps and interleaves whose functions hold stateful random ops (Keras 3's random layers included: their
+seed lives in a variable), ``deterministic=False`` (on a transformation or in the options), unseeded
+shuffles, random ops and ``Dataset.random`` (behind ``sample_from_datasets``, also under a
+distribution strategy).
 
 Under op determinism TensorFlow forces ``deterministic=True`` and runs a parallel map with stateful
 random ops serially: deterministic, but slow (TF #62100, #39992); without it, such a map hands its
@@ -20,6 +22,7 @@ _PARALLEL = {"ParallelMapDataset", "ParallelMapDatasetV2", "MapAndBatchDataset",
              "ParallelInterleaveDatasetV4", "ParallelFilterDataset", "LegacyParallelInterleaveDatasetV2"}
 _SHUFFLES = {"ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3", "ShuffleAndRepeatDataset",
              "ShuffleAndRepeatDatasetV2"}
+_RANDOM_SOURCES = {"RandomDataset", "RandomDatasetV2", "ExperimentalRandomDataset"}
 # Random ops whose stream lives in the kernel or in a generator: the order of calls decides who gets what.
 STATEFUL_RANDOM = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle",
                    "RandomGamma", "RandomPoisson", "RandomPoissonV2", "Multinomial", "RandomCrop",
@@ -63,8 +66,25 @@ def _label(node: graph_walk.Node) -> str:
     return f"{kind}({graph_walk.python_name(function)})" if function else kind
 
 
+def _owner(node: graph_walk.Node, datasets: list[graph_walk.Node]) -> graph_walk.Node | None:
+    """The innermost dataset transformation whose function holds ``node`` (by the scoped name)."""
+    owners = [d for d in datasets if node.name.startswith(d.name + "/")]
+    return max(owners, key=lambda d: len(d.name)) if owners else None
+
+
+def _random_kinds(ops: list[graph_walk.Node]) -> list[str]:
+    """The stateful random ops among ``ops``, and "a seed variable" for stateless random ops whose seed
+    lives in a variable the function updates (a Keras 3 SeedGenerator: Keras 3's random layers)."""
+    kinds = {n.op for n in ops if n.op in STATEFUL_RANDOM}
+    if any(n.op.startswith("StatelessRandom") for n in ops) and \
+            any(n.op in ("AssignVariableOp", "AssignAddVariableOp") for n in ops):
+        kinds.add("a seed variable (Keras SeedGenerator)")
+    return sorted(kinds)
+
+
 def pipeline_findings(dataset: Any, *, distributed: bool = False) -> list[Finding]:
-    """The input-pipeline risks of ``dataset`` (see the module doc), one finding per transformation."""
+    """The input-pipeline risks of ``dataset`` (see the module doc), one finding per transformation,
+    nested datasets (inside ``interleave`` or ``flat_map`` functions) included."""
     tf = _tf.import_tf()
     determinism = bool(_tf.op_determinism_enabled())
     try:
@@ -74,11 +94,16 @@ def pipeline_findings(dataset: Any, *, distributed: bool = False) -> list[Findin
                         check="pipeline")]
     nodes = list(graph_walk.walk(graph))
     constants = _constants(graph)
+    datasets = [n for n in nodes if n.op.endswith("Dataset") or "DatasetV" in n.op]
+    held: dict[str, list[graph_walk.Node]] = {}
+    for node in nodes:
+        owner = _owner(node, datasets)
+        if owner is not None:
+            held.setdefault(owner.name, []).append(node)
     found: list[Finding] = []
-    top = [node for node in nodes if not node.functions]
-    for node in top:
-        inside = [n for n in nodes if n.name.startswith(node.name + "/")]
-        random_ops = sorted({n.op for n in inside if n.op in STATEFUL_RANDOM})
+    for node in datasets:
+        inside = held.get(node.name, [])
+        random_ops = _random_kinds(inside)
         where = f"input pipeline: {_label(node)}"
         if node.op in _PARALLEL and random_ops:
             if determinism:
@@ -92,21 +117,20 @@ def pipeline_findings(dataset: Any, *, distributed: bool = False) -> list[Findin
                                      {"ops": random_ops}))
         if node.attrs.get("deterministic") == "false":
             found.append(_nondeterministic_order(where, determinism, "deterministic=False"))
-        unseeded = sorted({n.op for n in inside if n.op in STATEFUL_RANDOM and not n.attrs.get("seed")
-                           and not n.attrs.get("seed2") and "seed" in n.attrs})
+        unseeded = sorted({n.op for n in inside if n.op in STATEFUL_RANDOM and "seed" in n.attrs
+                           and not n.attrs.get("seed") and not n.attrs.get("seed2")})
         if unseeded and not determinism:
             found.append(Finding("risk", where, f"unseeded random ops ({', '.join(unseeded)}) draw new seeds each run",
                                  "tf.random.set_seed / tfrepro.patch(seed), or seed= on the ops", "pipeline"))
-        if node.op in _SHUFFLES and len(node.inputs) >= 4:
-            seeds = [_const(constants, name) for name in node.inputs[2:4]]
-            if all(seed is not None and int(seed) == 0 for seed in seeds):
-                found.append(Finding("risk", "input pipeline: shuffle", "unseeded shuffle: each run reads the data "
-                                     "in another order", "shuffle(..., seed=S), or tf.random.set_seed / "
-                                     "tfrepro.patch(seed) before the dataset is built", "pipeline"))
-        if node.op == "DirectedInterleaveDataset" and distributed:
-            found.append(Finding("risk", where, "sample_from_datasets under a distribution strategy: each worker "
-                                 "samples its own sequence of sources", "sample_from_datasets(..., seed=S), and "
-                                 "check the runs with `tfrepro check`", "pipeline"))
+        seeds = [_const(constants, name) for name in node.inputs[2:4] if node.op in _SHUFFLES] or \
+            [_const(constants, name) for name in node.inputs[:2] if node.op in _RANDOM_SOURCES]
+        if seeds and all(seed is not None and int(seed) == 0 for seed in seeds):
+            kind = "shuffle: each run reads the data in another order" if node.op in _SHUFFLES else \
+                "Dataset.random (also behind sample_from_datasets and choose_from_datasets): each run draws anew"
+            found.append(Finding("risk", f"input pipeline: {kind.split(':')[0].split(' (')[0]}", f"unseeded {kind}"
+                                 + (" on every worker of the distribution strategy" if distributed else ""),
+                                 "give it seed=S, or tf.random.set_seed / tfrepro.patch(seed) before the dataset is "
+                                 "built", "pipeline"))
     options = dataset.options()
     if getattr(options, "deterministic", getattr(options, "experimental_deterministic", None)) is False:
         found.append(_nondeterministic_order("input pipeline: options", determinism,

@@ -73,7 +73,7 @@ def op_findings(nodes: Iterable[graph_walk.Node], spy: LayerCalls, tf_version: s
     """The traced step's ops that the kernel table lists for ``tf_version``, and the ops tfrepro
     replaced, one finding per (layer, op), in model order. Ops inside tfrepro's replacements are
     theirs (they run only deterministic kernels on every device) and are not matched."""
-    version = kernel_facts._version(tf_version)
+    version = kernel_facts.resolve_version(tf_version)
     found: dict[tuple[str, str], Finding] = {}
     handled: dict[str, dict[str, Finding]] = {}
     for node in nodes:

@@ -21,9 +21,9 @@ from tfrepro.launching.config import LaunchConfig
 from tfrepro.launching.import_hooks import call_after_import
 
 
-def main(argv: list[str], around: Callable[[LaunchConfig], ContextManager[Any]] | None = None) -> None:
-    """Patch as configured, then run the user's command; ``around(config)``, if given, is a context
-    that the command runs in (``tfrepro doctor`` intercepts the first ``Model.fit`` this way)."""
+def main(argv: list[str], around: Callable[[], ContextManager[Any]] | None = None) -> None:
+    """Patch as configured, then run the user's command; ``around()``, if given, makes a context that
+    the command runs in (``tfrepro doctor`` intercepts the first ``Model.fit`` this way)."""
     if not argv:
         raise SystemExit("usage: python -c BOOTSTRAP (SCRIPT | --module NAME | --code CODE) [ARGS...]")
     config = LaunchConfig.from_env()
@@ -35,7 +35,7 @@ def main(argv: list[str], around: Callable[[LaunchConfig], ContextManager[Any]] 
         recording = record_fits(config.trace_dir, gradients=config.gradients)
     else:
         recording = contextlib.nullcontext()
-    with recording, around(config) if around is not None else contextlib.nullcontext():
+    with recording, around() if around is not None else contextlib.nullcontext():
         try:
             _run(argv)
         except Exception:  # SystemExit and KeyboardInterrupt are not Exceptions: they pass through as they are

@@ -5,8 +5,9 @@ deterministic kernel, raises ``UnimplementedError`` on a GPU because it has none
 releases before TensorFlow covered it, ran its order-dependent kernel silently ("nondeterministic").
 Each ``KernelFact`` names the graph op types concerned, what they are in the Python API, the TF
 versions and behaviour, the Keras layers that reach them, the fix, the ``tfrepro.ops`` replacement
-if there is one, and the source. ``tfrepro.diagnose`` matches a traced train step against it;
-``patch(ops=...)`` reads it to know what the installed TensorFlow cannot run deterministically.
+if there is one, the source, and whether the op is a gradient (reached only in training).
+``tfrepro.diagnose`` matches a traced train step against it; it is meant to be the one place that
+says what a TensorFlow version cannot run deterministically.
 
 TF-free: importing this module never imports TensorFlow, and ``tf_version`` defaults to the
 installed version read from package metadata.
@@ -66,7 +67,7 @@ class KernelFact:
 
     def behaviour(self, tf_version: str | Version | None = None) -> Behaviour | None:
         """"raises", "nondeterministic" or None (deterministic) in ``tf_version`` (default: installed)."""
-        version = _version(tf_version)
+        version = resolve_version(tf_version)
         return next((span.behaviour for span in self.spans if span.covers(version)), None)
 
     def matches(self, op_type: str, attrs: Mapping[str, Any] | None = None, *, xla: bool = False) -> bool:
@@ -83,7 +84,8 @@ class KernelFact:
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "api": self.api, "op_types": list(self.op_types), "history": self.history(),
-                "layers": list(self.layers), "fix": self.fix, "replacement": self.replacement, "source": self.source}
+                "layers": list(self.layers), "fix": self.fix, "replacement": self.replacement, "source": self.source,
+                "backprop": self.backprop}
 
 
 _RELEASE_NOTES = "TensorFlow release notes, determinism section"
@@ -190,7 +192,8 @@ FACTS: tuple[KernelFact, ...] = (
 _BY_KEY = {fact.key: fact for fact in FACTS}
 
 
-def _version(tf_version: str | Version | None) -> Version:
+def resolve_version(tf_version: str | Version | None) -> Version:
+    """``"2.15.1"``, ``"2.15"`` or ``(2, 15)`` as ``(2, 15)``; None: the installed TensorFlow's."""
     if isinstance(tf_version, tuple):
         return tf_version
     text = _tf.installed_tf_version() if tf_version is None else tf_version
@@ -213,13 +216,13 @@ def fact(key: str) -> KernelFact:
 def ops_without_deterministic_kernel(tf_version: str | Version | None = None) -> tuple[KernelFact, ...]:
     """The ops that raise ``UnimplementedError`` on a GPU under op determinism in ``tf_version``
     (default: the installed TensorFlow), in table order."""
-    version = _version(tf_version)
+    version = resolve_version(tf_version)
     return tuple(f for f in FACTS if f.behaviour(version) == "raises")
 
 
 def silently_nondeterministic_ops(tf_version: str | Version | None = None) -> tuple[KernelFact, ...]:
     """The ops whose GPU kernels ``tf_version`` runs order-dependently even under op determinism."""
-    version = _version(tf_version)
+    version = resolve_version(tf_version)
     return tuple(f for f in FACTS if f.behaviour(version) == "nondeterministic")
 
 
@@ -227,7 +230,7 @@ def match(op_type: str, attrs: Mapping[str, Any] | None = None, *, tf_version: s
           xla: bool = False) -> tuple[KernelFact, Behaviour] | None:
     """The fact a graph node falls under in ``tf_version``, with its behaviour there, or None when
     the node's op has a deterministic GPU kernel in that version."""
-    version = _version(tf_version)
+    version = resolve_version(tf_version)
     for candidate in FACTS:
         if candidate.matches(op_type, attrs, xla=xla):
             behaviour = candidate.behaviour(version)

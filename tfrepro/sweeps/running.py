@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from tfrepro._files import write_atomically
 from tfrepro.determinism.patching import patched
 from tfrepro.errors import LaunchError, ReproducibilityWarning
 from tfrepro.launching.checking import run_once
 from tfrepro.launching.command import bootstrap_command
 from tfrepro.launching.config import LaunchConfig
-from tfrepro._files import write_atomically
 from tfrepro.sweeps.metrics import REPORTED, read_metric
 from tfrepro.sweeps.statistics import SeedRun, SweepResult
 
