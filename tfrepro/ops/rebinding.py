@@ -12,6 +12,7 @@ view that differs in the replaced ops alone.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import types
 from collections.abc import Callable, Iterable
@@ -21,6 +22,7 @@ import tensorflow as tf
 
 from tfrepro.errors import warn
 from tfrepro.ops import gathering, image, nn, segment, sparse
+from tfrepro.ops._exact_sum import summing
 
 # op name -> (replacement, targets). A target is "tf.<attribute path>" (also bound as
 # "tf.compat.v2.<attribute path>"), "<module>:<attribute>", or "<module>:<generated-op module
@@ -58,6 +60,9 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
         "tensorflow.python.ops.image_ops_impl:gen_image_ops.resize_nearest_neighbor",)),
     "crop_and_resize": (image.crop_and_resize, (
         "tensorflow.python.ops.image_ops_impl:gen_image_ops.crop_and_resize",)),
+    "fused_batch_norm": (nn.fused_batch_norm, ("tf.compat.v1.nn.fused_batch_norm",)),
+    "adjust_contrast": (image.adjust_contrastv2, (
+        "tensorflow.python.ops.image_ops_impl:gen_image_ops.adjust_contrastv2",)),
 }
 
 
@@ -96,8 +101,23 @@ def _owner(target: str) -> tuple[Any, str]:
     return importlib.import_module(module), attribute
 
 
-def rebind(names: Iterable[str]) -> Callable[[], None]:
-    """Point every target of the named ops at tfrepro's op; returns the undo."""
+def _summing(replacement: Callable[..., Any], mode: str) -> Callable[..., Any]:
+    """``replacement`` summing the way ``mode`` says (``_exact_sum.summing``)."""
+    if mode == "exact":
+        return replacement
+
+    @functools.wraps(replacement)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with summing(mode):
+            return replacement(*args, **kwargs)
+
+    return call
+
+
+def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]:
+    """Point every target of the named ops at tfrepro's op, summing order-invariantly ("exact") or
+    with TF's sums, deterministic under op determinism ("tf", for ``patch(ops="auto")``); returns
+    the undo."""
     saved: list[tuple[Any, str, Any]] = []
     views: dict[tuple[int, str], dict[str, Any]] = {}
     owners: dict[tuple[int, str], Any] = {}
@@ -109,6 +129,7 @@ def rebind(names: Iterable[str]) -> Callable[[], None]:
     try:  # all or nothing
         for name in names:
             replacement, targets = TABLE[name]
+            replacement = _summing(replacement, summation)
             bound = 0
             for target in _with_compat_v2(targets):
                 try:
