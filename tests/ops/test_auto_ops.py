@@ -74,11 +74,18 @@ def _inputs(name):
     return rng.random((2, 8, 8, 2)).astype("float32")
 
 
-def test_each_auto_replacement_is_on_the_path_keras_takes(keras):
+@pytest.mark.parametrize("gpu", [True, False], ids=["GPU plan", "CPU"])
+def test_each_auto_replacement_is_on_the_path_keras_takes(keras, monkeypatch, gpu):
+    """With a GPU visible (forced here: the tests run on CPU) the replacement runs tfrepro's version;
+    on a CPU, TF's own op, deterministic there."""
     from tfrepro.determinism import state
-    from tfrepro.ops import rebinding
+    from tfrepro.ops import _exact_sum, rebinding
 
     tf = _tf.import_tf()
+    monkeypatch.setattr(_exact_sum, "_gpus_visible", lambda: gpu)
+    entered = []
+    summing = rebinding.summing
+    monkeypatch.setattr(rebinding, "summing", lambda mode: entered.append(mode) or summing(mode))
     reached = {}
     with tfrepro.patched(0):
         assert set(state.active_ops()) == set(selection.auto_ops())
@@ -114,6 +121,7 @@ def test_each_auto_replacement_is_on_the_path_keras_takes(keras):
     if _tf.keras_major(keras) >= 3:  # Keras 3 computes batch norm unfused and its own contrast (README)
         expected.update(fused_batch_norm=False, adjust_contrast=False)
     assert reached == expected
+    assert bool(entered) == gpu and set(entered) <= {"tf"}  # tfrepro's version (TF's sums) only with a GPU
 
 
 _TRAIN = """
@@ -121,6 +129,8 @@ import hashlib, json, warnings
 import numpy as np
 import tfrepro
 warnings.simplefilter("ignore")
+from tfrepro.ops import _exact_sum
+_exact_sum._gpus_visible = lambda: True  # as on a GPU box: ops="auto" runs tfrepro's versions (the tests run on CPU)
 tfrepro.patch(11)  # no arguments beyond the seed: ops="auto"
 import tensorflow as tf
 from tfrepro import _tf

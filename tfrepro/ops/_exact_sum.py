@@ -396,6 +396,11 @@ def current_plan() -> Plan:
     return Plan("float64_limbs" if _gpus_visible() else "bincount_when_small", CHUNK_ELEMENTS)
 
 
+def gpus_visible() -> bool:
+    """Whether TensorFlow sees a GPU (``ops="auto"`` runs tfrepro's versions only then)."""
+    return _gpus_visible()
+
+
 def _gpus_visible() -> bool:
     return bool(tf.config.list_logical_devices("GPU"))
 

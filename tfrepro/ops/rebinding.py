@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from tfrepro.errors import warn
 from tfrepro.ops import gathering, image, nn, segment, sparse
+from tfrepro.ops import _exact_sum
 from tfrepro.ops._exact_sum import summing
 
 # op name -> (replacement, targets). A target is "tf.<attribute path>" (also bound as
@@ -101,13 +102,17 @@ def _owner(target: str) -> tuple[Any, str]:
     return importlib.import_module(module), attribute
 
 
-def _summing(replacement: Callable[..., Any], mode: str) -> Callable[..., Any]:
-    """``replacement`` summing the way ``mode`` says (``_exact_sum.summing``)."""
+def _summing(replacement: Callable[..., Any], mode: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``replacement`` as ``mode`` says: "exact" (order-invariant) as it is; "tf" (``ops="auto"``)
+    summing with TF's own kernels where a GPU is visible, and else TF's ``original`` op itself: on a
+    CPU every TF kernel is deterministic, so there the replacement would only cost time."""
     if mode == "exact":
         return replacement
 
     @functools.wraps(replacement)
     def call(*args: Any, **kwargs: Any) -> Any:
+        if not _exact_sum.gpus_visible():
+            return original(*args, **kwargs)
         with summing(mode):
             return replacement(*args, **kwargs)
 
@@ -129,7 +134,6 @@ def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]
     try:  # all or nothing
         for name in names:
             replacement, targets = TABLE[name]
-            replacement = _summing(replacement, summation)
             bound = 0
             for target in _with_compat_v2(targets):
                 try:
@@ -142,10 +146,10 @@ def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]
                     module_global, op = attribute.split(".")
                     key = (id(owner), module_global)
                     owners[key] = owner
-                    views.setdefault(key, {})[op] = replacement
+                    views.setdefault(key, {})[op] = _summing(replacement, summation, getattr(current, op))
                     continue
                 saved.append((owner, attribute, current))
-                setattr(owner, attribute, replacement)
+                setattr(owner, attribute, _summing(replacement, summation, current))
             if not bound:
                 warn(f"tfrepro.patch(ops=...): this TensorFlow has none of the names of {name}; it is not replaced")
         for key, overrides in views.items():
