@@ -17,7 +17,7 @@ median of --rounds): a CNN with UpSampling2D, one with batch norm fine-tuning, a
 ``patch(ops=True)``; goal for ``patch()`` vs plain: <= 1.3x, and <= 1.05x on the MNIST CNN. Not a
 test: nothing is asserted.
 
-    python bench/auto_ops.py [--reps 9] [--rounds 3]
+    python bench/auto_ops.py [--reps 9] [--rounds 3] [--images 4096] [--skip-ops]
 """
 
 from __future__ import annotations
@@ -31,46 +31,20 @@ import numpy as np
 
 
 def op_cases(tf, ops, rng):
-    def backward(op, *inputs):
-        upstream = tf.Variable(tf.random.stateless_normal(tf.shape(op(*inputs)), seed=[1, 2]))
+    """The ops ``ops="auto"`` replaces: four as ``bench/ops_overhead.py`` times them, and two more."""
+    import ops_overhead  # the sibling benchmark (bench/ is on sys.path); imports TensorFlow
 
-        def run():
-            with tf.GradientTape() as tape:
-                out = op(*inputs)
-            return tape.gradient(out, list(inputs), output_gradients=upstream)
-
-        return run
-
-    def variable(array):
-        return tf.Variable(tf.constant(array, tf.float32))
-
-    images = variable(rng.standard_normal((32, 64, 64, 16)))
-    yield ("resize nearest x2 fwd+bwd 32x64x64x16",
-           backward(lambda im: ops.resize_nearest_neighbor(im, [128, 128], half_pixel_centers=True), images),
-           backward(lambda im: tf.image.resize(im, [128, 128], method="nearest"), images))
-    boxes = variable(rng.uniform(0, 1, (256, 4)))
-    box_indices = tf.constant(rng.integers(0, 32, 256), tf.int32)
-    yield ("crop_and_resize fwd+bwd 256 boxes -> 14x14",
-           backward(lambda im, bx: ops.crop_and_resize(im, bx, box_indices, [14, 14]), images, boxes),
-           backward(lambda im, bx: tf.image.crop_and_resize(im, bx, box_indices, [14, 14]), images, boxes))
-    values = tf.constant(rng.integers(0, 1000, 1_000_000), tf.int32)
-    weights = variable(rng.standard_normal(1_000_000))
-    yield ("bincount 1M values, weighted", lambda: ops.bincount(values, weights=weights),
-           lambda: tf.math.bincount(values, weights=weights))
-    sparse = tf.sparse.reorder(tf.SparseTensor(
-        tf.constant(np.stack([rng.integers(0, 2000, 100_000), rng.integers(0, 2000, 100_000)], 1), tf.int64),
-        tf.constant(rng.standard_normal(100_000), tf.float32), [2000, 2000]))
-    dense = variable(rng.standard_normal((2000, 64)))
-    yield ("sparse_dense_matmul 2000x2000 (100k nnz) x 64 fwd+bwd",
-           backward(lambda d: ops.sparse_dense_matmul(sparse, d), dense),
-           backward(lambda d: tf.sparse.sparse_dense_matmul(sparse, d), dense))
-    scale, offset = variable(rng.uniform(0.5, 1.5, 16)), variable(rng.standard_normal(16))
+    shared = ("resize nearest", "crop_and_resize", "bincount", "sparse_dense_matmul")
+    yield from (case for case in ops_overhead.cases(rng) if case[0].startswith(shared))
+    images = ops_overhead.variable(rng.standard_normal((32, 64, 64, 16)))
+    scale, offset = ops_overhead.variable(rng.uniform(0.5, 1.5, 16)), ops_overhead.variable(rng.standard_normal(16))
     mean, variance = tf.constant(rng.standard_normal(16), tf.float32), tf.constant(rng.uniform(0.5, 2, 16), tf.float32)
     yield ("fused batch norm fine-tuning fwd+bwd 32x64x64x16",
-           backward(lambda im, s, o: ops.fused_batch_norm(im, s, o, mean, variance, is_training=False)[0], images, scale,
-                    offset),
-           backward(lambda im, s, o: tf.compat.v1.nn.fused_batch_norm(im, s, o, mean, variance, is_training=False)[0],
-                    images, scale, offset))
+           ops_overhead.backward(lambda im, s, o: ops.fused_batch_norm(im, s, o, mean, variance, is_training=False)[0],
+                                 images, scale, offset),
+           ops_overhead.backward(lambda im, s, o: tf.compat.v1.nn.fused_batch_norm(im, s, o, mean, variance,
+                                                                                   is_training=False)[0],
+                                 images, scale, offset))
     yield ("adjust_contrast 32x64x64x16", lambda: ops.adjust_contrast(images, 1.5),
            lambda: tf.image.adjust_contrast(images, 1.5))
 
@@ -110,6 +84,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--images", type=int, default=4096, help="training images per fit (default 4096)")
+    parser.add_argument("--skip-ops", action="store_true", help="time the models only")
     args = parser.parse_args()
     import tfrepro
 
@@ -123,7 +99,7 @@ def main() -> None:
     print(f"TensorFlow {tf.__version__}, Keras {_tf.keras_module().__version__}, CPU; per op: {args.reps} alternating "
           "runs, best (median) vs TF's op")
     print(f"{'op':52s} {'TF':>8s} {'auto (GPU)':>15s} {'order-invariant':>17s}")
-    for name, ours, stock in op_cases(tf, ops, np.random.default_rng(0)):
+    for name, ours, stock in [] if args.skip_ops else op_cases(tf, ops, np.random.default_rng(0)):
         def under(mode, fn=ours):
             compiled = tf.function(fn, autograph=False)
             with summing(mode):
@@ -137,8 +113,8 @@ def main() -> None:
         print(f"{name:52s} {min(stock_t) * 1000:6.1f}ms {ratio(auto_t):>15s} {ratio(exact_t):>17s}", flush=True)
 
     keras = _tf.keras_module()
-    data = np.random.default_rng(1).random((1024, 28, 28, 1)).astype("float32")
-    labels = np.random.default_rng(2).integers(0, 10, 1024)
+    data = np.random.default_rng(1).random((args.images, 28, 28, 1)).astype("float32")
+    labels = np.random.default_rng(2).integers(0, 10, args.images)
     from tfrepro.ops import _exact_sum
 
     configs = {"plain TF": None, "patch(ops=False)": False, "patch()": "auto", "patch() GPU versions": "gpu",

@@ -203,10 +203,12 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, 
 
             @same_summation
             def grad(dy, *_):  # TF's gradient: none for the (frozen) statistics, nor through the returned ones
-                dy32 = tf.cast(dy, tf.float32)
-                inverse = tf.math.rsqrt(variance_in + epsilon)
-                centred = tf.cast(x_in, tf.float32) - per_channel(mean_in)
-                d_x = tf.cast(dy32 * per_channel(scale_in * inverse), x_in.dtype)
+                with tf.control_dependencies([y]):  # TF's forward checked the shapes all of this relies on
+                    dy32 = tf.cast(dy, tf.float32)
+                    inverse = tf.math.rsqrt(tf.identity(variance_in) + epsilon)
+                    centred = tf.cast(x_in, tf.float32) - per_channel(tf.identity(mean_in))
+                    scaled = tf.identity(scale_in) * inverse
+                d_x = tf.cast(dy32 * per_channel(scaled), x_in.dtype)
                 d_scale = reduce_sum(dy32 * centred, axis=axes) * inverse
                 d_offset = reduce_sum(dy32, axis=axes)
                 return d_x, d_scale, d_offset, None, None

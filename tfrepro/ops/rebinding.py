@@ -102,16 +102,21 @@ def _owner(target: str) -> tuple[Any, str]:
     return importlib.import_module(module), attribute
 
 
-def _summing(replacement: Callable[..., Any], mode: str, original: Callable[..., Any]) -> Callable[..., Any]:
+# TF's op has no gradient (AdjustContrastv2): tfrepro's version, which has one, runs on every device.
+_OURS_EVERYWHERE = {"adjust_contrast"}
+
+
+def _summing(replacement: Callable[..., Any], mode: str, original: Callable[..., Any] | None) -> Callable[..., Any]:
     """``replacement`` as ``mode`` says: "exact" (order-invariant) as it is; "tf" (``ops="auto"``)
-    summing with TF's own kernels where a GPU is visible, and else TF's ``original`` op itself: on a
-    CPU every TF kernel is deterministic, so there the replacement would only cost time."""
+    summing with TF's own kernels where a GPU is visible, and else TF's ``original`` op itself (None:
+    tfrepro's everywhere): on a CPU every TF kernel is deterministic, so there the replacement would
+    only cost time."""
     if mode == "exact":
         return replacement
 
     @functools.wraps(replacement)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if not _exact_sum.gpus_visible():
+        if original is not None and not _exact_sum.gpus_visible():
             return original(*args, **kwargs)
         with summing(mode):
             return replacement(*args, **kwargs)
@@ -146,10 +151,11 @@ def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]
                     module_global, op = attribute.split(".")
                     key = (id(owner), module_global)
                     owners[key] = owner
-                    views.setdefault(key, {})[op] = _summing(replacement, summation, getattr(current, op))
+                    tf_op = None if name in _OURS_EVERYWHERE else getattr(current, op)
+                    views.setdefault(key, {})[op] = _summing(replacement, summation, tf_op)
                     continue
                 saved.append((owner, attribute, current))
-                setattr(owner, attribute, _summing(replacement, summation, current))
+                setattr(owner, attribute, _summing(replacement, summation, None if name in _OURS_EVERYWHERE else current))
             if not bound:
                 warn(f"tfrepro.patch(ops=...): this TensorFlow has none of the names of {name}; it is not replaced")
         for key, overrides in views.items():
