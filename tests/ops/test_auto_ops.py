@@ -174,3 +174,21 @@ def test_upsampling_and_batch_norm_fine_tuning_train_identically_in_fresh_proces
     assert runs[0]["weights"] == runs[1]["weights"]
     assert {"resize_nearest_neighbor", "fused_batch_norm"} <= set(runs[0]["ops"])
     assert "ops='auto'" in runs[0]["status"]
+
+
+def test_keras3_dense_on_a_sparse_input_never_reaches_sparse_dense_matmul(keras, monkeypatch):
+    """What the README says of Keras 3: Dense multiplies a SparseTensor with embedding_lookup_sparse."""
+    if _tf.keras_major(keras) < 3:
+        pytest.skip("Keras 3 only")
+    tf = _tf.import_tf()
+    calls = []
+    original = tf.sparse.sparse_dense_matmul
+    monkeypatch.setattr(tf.sparse, "sparse_dense_matmul", lambda *a, **k: calls.append(1) or original(*a, **k))
+    dense = keras.layers.Dense(3)
+    out = dense(tf.sparse.from_dense(tf.constant(np.eye(4, 6, dtype="float32"))))
+    assert out.shape == (4, 3) and not calls
+    lookups = []
+    lookup = tf.nn.embedding_lookup_sparse
+    monkeypatch.setattr(tf.nn, "embedding_lookup_sparse", lambda *a, **k: lookups.append(1) or lookup(*a, **k))
+    dense(tf.sparse.from_dense(tf.constant(np.eye(4, 6, dtype="float32"))))
+    assert lookups
