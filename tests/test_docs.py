@@ -6,7 +6,7 @@ import pytest
 
 
 @pytest.mark.parametrize("module_name", ["tfrepro.determinism.seeding", "tfrepro.proof.callback", "tfrepro.proof.fingerprints",
-                                         "tfrepro.ops.kernel_facts"])
+                                         "tfrepro.ops.kernel_facts", "tfrepro.data.seeded_maps"])
 def test_docstring_examples(module_name, keras):
     import importlib
 

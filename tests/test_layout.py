@@ -21,7 +21,7 @@ FLOORS = [
     {"_tf", "_files", "errors", "_version"},
     {"ops"},
     {"determinism"},
-    {"proof"},
+    {"proof", "data"},
     {"testing", "launching"},
     {"examples", "sweeps", "diagnosis"},
     {"plotting"},

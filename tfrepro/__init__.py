@@ -5,10 +5,12 @@ Call ``tfrepro.patch(seed)`` before building the model, or run an unmodified scr
 ``tfrepro.ReproducibilityCallback``, the ops in ``tfrepro.ops`` and ``tfrepro.layers`` do, on first use.
 
 The package is laid out by verb, lowest first (a module imports only from its own floor or below):
-``_tf`` and ``errors`` (the ground floor), ``ops`` (deterministic ops and Keras drop-ins),
-``determinism`` (patch, switches, seeding, status), ``proof`` (fingerprints, traces, the callback,
-comparisons, verify), ``launching`` (``tfrepro run``/``check``), ``examples``, ``sweeps`` (seed
-sweeps and their statistics) and ``diagnosis`` (``diagnose``, ``tfrepro doctor``), ``plotting``, ``cli``; ``testing`` sits on ``proof``.
+``_tf``, ``_files`` and ``errors`` (the ground floor), ``ops`` (deterministic ops, the table of ops
+without deterministic GPU kernels, Keras drop-ins), ``determinism`` (patch, switches, seeding,
+status), ``proof`` (fingerprints, traces, the callback, comparisons, verify) and ``data``
+(``map_with_seed``), ``launching`` (``tfrepro run``/``check``), ``examples``, ``sweeps`` (seed sweeps
+and their statistics) and ``diagnosis`` (``diagnose``, ``tfrepro doctor``), ``plotting``, ``cli``;
+``testing`` sits on ``proof``.
 """
 
 import importlib
@@ -47,6 +49,7 @@ __all__ = [
     "__version__",
     "compare",
     "compare_sweeps",
+    "data",
     "derive_seed",
     "diagnose",
     "enable_determinism",
@@ -109,6 +112,8 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     """The ``_LAZY`` names, imported on first use, never at ``import tfrepro``."""
+    if name == "data":  # the subpackage, free to import (its functions import TensorFlow)
+        return importlib.import_module("tfrepro.data")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tfrepro' has no attribute {name!r}")

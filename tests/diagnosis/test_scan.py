@@ -69,7 +69,7 @@ def _by_where(diagnosis):
 
 def test_each_risky_layer_is_named_with_its_fix(keras, tf):
     keras3 = _tf.keras_major(keras) >= 3
-    with tfrepro.patched(0):
+    with tfrepro.patched(0, ops=False):  # patch()'s default ops="auto" would replace them (next test)
         diagnosis = tfrepro.diagnose(_risky_model(keras, tf), _data(tf), repeats=0, tf_version="2.21")
     found = _by_where(diagnosis)
     raising = diagnosis.where("raises on GPU")
@@ -107,15 +107,17 @@ def test_the_version_given_decides_depthwise_conv_raises_in_2_9_not_2_10(keras, 
     assert old.tf_version == "2.9"
 
 
-def test_ops_that_tfrepro_replaced_are_reported_as_handled(keras, tf):
-    with tfrepro.patched(0, ops=["bincount", "sparse_dense_matmul", "resize_nearest_neighbor"]):
+@pytest.mark.parametrize("ops", ["auto", ["bincount", "sparse_dense_matmul", "resize_nearest_neighbor",
+                                          "fused_batch_norm"]])
+def test_ops_that_tfrepro_replaced_are_reported_as_handled(keras, tf, ops):
+    with tfrepro.patched(0, ops=ops):  # "auto": patch()'s default
         diagnosis = tfrepro.diagnose(_risky_model(keras, tf), _data(tf), repeats=0)
     handled = {f.where: f for f in diagnosis.findings if f.severity == "handled"}
     assert {"counts", "graph_conv", "resize"} <= set(handled), str(diagnosis)
     assert "tfrepro.ops.bincount" in handled["counts"].finding and "raises on a GPU" in handled["counts"].finding
-    keras2 = _tf.keras_major(keras) < 3  # Keras 2's fine-tuned batch norm has no replacement yet
-    assert diagnosis.where("raises on GPU") == (["finetuned/bn"] if keras2 else [])
-    assert ("upsample" in handled) == keras2
+    assert not diagnosis.where("raises on GPU"), str(diagnosis)
+    keras2 = _tf.keras_major(keras) < 3
+    assert ("upsample" in handled) == keras2 and ("finetuned/bn" in handled) == keras2
 
 
 def test_pipeline_risks_without_determinism(keras, tf):
@@ -151,7 +153,7 @@ def test_the_scan_reaches_into_nested_functions_and_names_the_function(keras, tf
 
     model = keras.Sequential([keras.Input((4,)), Histogram(name="histogram"), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
-    with tfrepro.patched(0):
+    with tfrepro.patched(0, ops=False):
         diagnosis = tfrepro.diagnose(model, np.full((4, 4), 0.5, "float32"), np.ones((4, 1), "float32"), repeats=0)
     assert diagnosis.where("raises on GPU") == ["histogram"], str(diagnosis)
 

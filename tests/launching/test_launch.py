@@ -83,7 +83,7 @@ def test_child_env_sets_what_must_precede_interpreter_start():
 
 @pytest.mark.parametrize("config", [
     LaunchConfig(),
-    LaunchConfig(seed=2**32 - 1, threads=3, onednn=True, ops=True, trace_dir="/tmp/x y", gradients=True),
+    LaunchConfig(seed=2**32 - 1, threads=3, onednn=True, ops="all", trace_dir="/tmp/x y", gradients=True),
     LaunchConfig(seed=7, onednn=False, patch=False),
 ])
 def test_launch_config_round_trips_through_the_child_environment(config):

@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterator, Sequence
 from tfrepro import _tf
 from tfrepro.determinism import reporting, seeding, state, switches
 from tfrepro.errors import warn
-from tfrepro.ops.selection import select_ops
+from tfrepro.ops.selection import select_ops, summation_of
 
 log = logging.getLogger("tfrepro")
 
 
 def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-          ops: bool | Sequence[str] = False) -> reporting.Report:
+          ops: bool | str | Sequence[str] = "auto") -> reporting.Report:
     """Make TensorFlow and Keras training deterministic and seed every RNG. Call before building the model.
 
     - Turns on op determinism the way the installed TF version reads it: ``TF_DETERMINISTIC_OPS=1``
@@ -33,9 +33,15 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     - On Keras 3 < 3.7, keeps ``compile(jit_compile="auto")`` from choosing XLA, as Keras >= 3.7 does.
     - ``threads=N`` pins TF's intra- and inter-op thread pools (CPU results depend on them);
       ``onednn=False``/``True`` sets ``TF_ENABLE_ONEDNN_OPTS``. Both act only before TF initialises.
-    - ``ops=True`` (or a list of names, see ``tfrepro.ops.selection.REPLACEABLE_OPS``) rebinds TF's ops
-      and the internal call sites Keras and TF's gradients use to ``tfrepro.ops``: bitwise
-      order-invariant on any hardware, including ops TF cannot run deterministically on GPU.
+    - ``ops="auto"`` (the default) replaces exactly the ops the installed TF cannot run
+      deterministically on a GPU (they raise ``UnimplementedError`` there: nearest resize and
+      ``crop_and_resize`` backprop, ``sparse_dense_matmul``, ``bincount``, fused batch norm's
+      backprop in fine-tuning, ``adjust_contrast``; read from ``tfrepro.ops.kernel_facts``), on
+      every device, with versions built on TF's own sums (deterministic under op determinism), so
+      ``patch()`` never leaves an op that throws. ``ops=True`` (or a list of names, see
+      ``tfrepro.ops.selection.REPLACEABLE_OPS``) rebinds every op tfrepro has to its bitwise
+      order-invariant version (segment sums, bias_add, softmax xent, gather too); ``ops=False`` none.
+      Each rebinds TF's names and the internal call sites Keras and TF's gradients use.
 
     Warns (``ReproducibilityWarning``) about whatever cannot apply: called after TF's runtime
     started or after Keras layers were built, ``PYTHONHASHSEED`` not equal to the seed at interpreter
@@ -49,7 +55,7 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
 
 
 def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-                ops: bool | Sequence[str] = False, warn_late_seeding: bool = True,
+                ops: bool | str | Sequence[str] = "auto", warn_late_seeding: bool = True,
                 host_rngs: bool = True) -> reporting.Report:
     """``patch``, for tfrepro's own callers. ``warn_late_seeding=False``: the caller clears the Keras
     session and reseeds before building anything (``verify``), so what ran before cannot matter.
@@ -61,13 +67,14 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
     if onednn is not None and not isinstance(onednn, bool):
         raise ValueError(f"onednn must be True, False or None; got {onednn!r}")
     op_names = select_ops(ops)
+    summation = summation_of(ops)
     if _tf.installed_tf_version() is None:
         _tf.import_tf()  # raises ImportError with the install command
 
     outer_config = _active_config()
     # Under an active patch, what ran since was seeded by it, and the hash-seed warning was given then.
     first = outer_config is None
-    late = _late_findings(onednn=onednn, ops=bool(op_names), seeding_too=warn_late_seeding and first)
+    late = _late_findings(onednn=onednn, ops=bool(op_names) and ops != "auto", seeding_too=warn_late_seeding and first)
     _warn_about_user_env()
 
     if outer_config is None:
@@ -76,7 +83,7 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
     if onednn is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
     try:  # all or nothing: on any error (a warning turned into one too), what this call changed is undone
-        late += _apply(seed, env, op_names, threads)
+        late += _apply(seed, env, (op_names, summation), threads)
         if host_rngs:
             seeding.seed_everything(seed)
         else:
@@ -95,7 +102,7 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
     return reporting.status()
 
 
-def _apply(seed: int, env: dict[str, str], op_names: tuple[str, ...], threads: int | None = None) -> list[str]:
+def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], threads: int | None = None) -> list[str]:
     """Apply a patch configuration to the active state (which ``unpatch`` can undo at any point)."""
     applied = state.active()
     applied.seed = seed
@@ -106,18 +113,18 @@ def _apply(seed: int, env: dict[str, str], op_names: tuple[str, ...], threads: i
     late = [] if threads is None else _set_threads(tf, threads)
     if switches.plan_for(_tf.installed_tf_version()).call_enable_op_determinism and not _tf.op_determinism_enabled():
         tf.config.experimental.enable_op_determinism()
-    _replace_ops(applied, op_names)
+    _replace_ops(applied, *ops)
     if applied.undo_keras_jit is None:
         applied.undo_keras_jit = _guard_keras_auto_jit()
     return late
 
 
-_Config = tuple[int, dict[str, str], tuple[str, ...]]  # (seed, env, ops) of a patch
+_Config = tuple[int, dict[str, str], tuple[tuple[str, ...], str]]  # (seed, env, (ops, summation)) of a patch
 
 
 def _active_config() -> _Config | None:
     active = state.active()
-    return None if active is None else (active.seed, dict(active.env), active.ops)
+    return None if active is None else (active.seed, dict(active.env), (active.ops, active.summation))
 
 
 def _restore(config: _Config | None) -> None:
@@ -125,13 +132,13 @@ def _restore(config: _Config | None) -> None:
     unpatched for None, without reseeding anything."""
     unpatch()
     if config is not None:
-        seed, env, op_names = config
+        seed, env, ops = config
         state.set_active(state.PatchState(seed, enabled_op_determinism=not _op_determinism_was_on()))
-        _apply(seed, env, op_names)
+        _apply(seed, env, ops)
 
 
 def enable_determinism(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-                       ops: bool | Sequence[str] = False) -> reporting.Report:
+                       ops: bool | str | Sequence[str] = "auto") -> reporting.Report:
     """Alias of ``patch``, for users of ``fwr13y.d9m.tensorflow.enable_determinism()``."""
     return patch(seed, threads=threads, onednn=onednn, ops=ops)
 
@@ -167,7 +174,7 @@ def unpatch() -> reporting.Report:
 
 @contextlib.contextmanager
 def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-            ops: bool | Sequence[str] = False) -> Iterator[reporting.Report]:
+            ops: bool | str | Sequence[str] = "auto") -> Iterator[reporting.Report]:
     """``patch`` for the duration of a ``with`` block (for tests), then back to what was there before:
     unpatched, or the earlier patch with its seed, environment and replaced ops; and every generator
     that ``rng_state()`` captures where it was on entry. TensorFlow's global op seed
@@ -181,9 +188,10 @@ def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = 
         seeding.set_rng_state(rngs)
 
 
-def _replace_ops(applied: state.PatchState, op_names: tuple[str, ...]) -> None:
-    """Make ``op_names`` the replaced ops: undo a different earlier selection, then rebind."""
-    if applied.ops == op_names:
+def _replace_ops(applied: state.PatchState, op_names: tuple[str, ...], summation: str) -> None:
+    """Make ``op_names`` (summing the ``summation`` way) the replaced ops: undo a different earlier
+    selection, then rebind."""
+    if (applied.ops, applied.summation) == (op_names, summation):
         return
     if applied.undo_ops is not None:
         applied.undo_ops()
@@ -191,7 +199,8 @@ def _replace_ops(applied: state.PatchState, op_names: tuple[str, ...]) -> None:
     if op_names:
         from tfrepro.ops import rebinding  # imports TensorFlow: only now, after the environment is set
 
-        applied.undo_ops, applied.ops = rebinding.rebind(op_names), op_names
+        applied.undo_ops, applied.ops = rebinding.rebind(op_names, summation), op_names
+    applied.summation = summation
 
 
 def _op_determinism_was_on() -> bool:

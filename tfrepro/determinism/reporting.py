@@ -8,6 +8,7 @@ from typing import Any
 
 from tfrepro import _tf
 from tfrepro.determinism import state, switches
+from tfrepro.ops import selection
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,7 @@ def status() -> Report:
                 "Python, NumPy, TF global seed and Generator, Keras" if seed is not None
                 else "call tfrepro.patch(seed) or tfrepro.seed_everything(seed)")
     )
-    replaced = state.active_ops()
-    settings.append(Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops" if replaced else "off", None,
-                            ", ".join(replaced) if replaced else "patch(ops=True) makes segment sums, bias_add, "
-                            "softmax xent, gather, bincount, resize backprop order-invariant"))
+    settings.append(_replacements_setting(tf_version))
     settings.append(_threads_setting())
     onednn = _env("TF_ENABLE_ONEDNN_OPTS")
     settings.append(
@@ -127,6 +125,22 @@ def status() -> Report:
     for limit in plan.limits:
         settings.append(Setting("limit", limit, None))
     return Report(tuple(settings))
+
+
+def _replacements_setting(tf_version: str | None) -> Setting:
+    replaced = state.active_ops()
+    if not replaced:
+        return Setting("op replacements", "off", None, "patch() replaces the ops this TensorFlow cannot run "
+                       "deterministically on a GPU (ops='auto'); ops=True makes segment sums, bias_add, softmax "
+                       "xent, gather too order-invariant")
+    if state.active_summation() == "tf":
+        reasons = selection.auto_ops(tf_version) if tf_version else {}
+        return Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops (ops='auto': what TF {tf_version} "
+                       "cannot run deterministically on a GPU; tfrepro's versions where a GPU is visible, TF's own "
+                       "kernels on a CPU, deterministic there)", None,
+                       "; ".join(f"{name}: {reasons.get(name, 'selected')}" for name in replaced))
+    return Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops", None,
+                   "order-invariant: " + ", ".join(replaced))
 
 
 def _threads_setting() -> Setting:

@@ -35,6 +35,7 @@ class PatchState:
     env: dict[str, str] = field(default_factory=dict)  # what patch() wrote (cumulative over calls)
     saved_env: dict[str, str | None] = field(default_factory=dict)  # their values before the first patch()
     ops: tuple[str, ...] = ()
+    summation: str = "exact"  # how the replaced ops sum: "tf" for ops="auto", "exact" (order-invariant) else
     undo_ops: Callable[[], None] | None = None
     enabled_op_determinism: bool = False  # it was off before patch(), so unpatch() turns it off
     undo_keras_jit: Callable[[], None] | None = None
@@ -61,3 +62,8 @@ def active_seed() -> int | None:
 def active_ops() -> tuple[str, ...]:
     """The ops the active ``patch`` replaced with ``tfrepro.ops``."""
     return () if _active is None else _active.ops
+
+
+def active_summation() -> str:
+    """How the replaced ops sum: "tf" (``ops="auto"``) or "exact" (order-invariant)."""
+    return "exact" if _active is None else _active.summation

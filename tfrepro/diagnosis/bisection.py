@@ -235,7 +235,8 @@ def _depth(layer: Layer, layers: Sequence[Layer]) -> int:
 
 def _describe(kinds: Sequence[str]) -> str:
     order = ("output", "input gradient", "gradient")
-    words = {"output": "its output", "input gradient": "the gradient it passes back", "gradient": "its weights' gradients"}
+    words = {"output": "its output", "input gradient": "the gradient it passes back",
+             "gradient": "its weights' gradients"}
     return " and ".join(words[k] for k in order if k in kinds)
 
 

@@ -110,7 +110,8 @@ class Diagnosis:
         from rich.table import Table
         from rich.text import Text
 
-        styles = {"nondeterministic": "bold red", "raises": "bold red", "raises on GPU": "red", "nondeterministic on GPU": "red",
+        styles = {"nondeterministic": "bold red", "raises": "bold red", "raises on GPU": "red",
+                  "nondeterministic on GPU": "red",
                   "risk": "yellow", "downstream": "dim", "handled": "green", "note": "dim"}
         table = Table(show_lines=False)
         for column in ("severity", "where", "finding", "fix"):

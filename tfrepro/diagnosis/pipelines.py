@@ -30,9 +30,9 @@ STATEFUL_RANDOM = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal", 
                    "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt", "StatefulStandardNormal",
                    "StatefulStandardNormalV2", "StatefulTruncatedNormal", "StatefulRandomBinomial", "RngReadAndSkip",
                    "RngSkip"}
-_STATELESS_FIX = ("draw one seed per element in a serial stage and use stateless ops: "
-                  "tf.data.Dataset.zip((ds, tf.data.Dataset.random(seed=S).batch(2))).map(lambda x, s: "
-                  "f(x, seed=s), num_parallel_calls=...) with tf.image.stateless_random_* / tf.random.stateless_*")
+_STATELESS_FIX = ("tfrepro.data.map_with_seed(ds, fn): fn(*element, seed) gets a per-element stateless seed (fixed "
+                  "by the seed, the position and the epoch) and runs in parallel; draw with "
+                  "tf.image.stateless_random_* / tf.random.stateless_* or tfrepro.data's batch augmentations")
 
 
 def dataset_graph(dataset: Any) -> Any:
@@ -106,13 +106,14 @@ def pipeline_findings(dataset: Any, *, distributed: bool = False) -> list[Findin
         random_ops = _random_kinds(inside)
         where = f"input pipeline: {_label(node)}"
         if node.op in _PARALLEL and random_ops:
+            stateful = f"runs in parallel with stateful random ops ({', '.join(random_ops)}):"
             if determinism:
-                found.append(Finding("note", where, f"runs in parallel with stateful random ops ({', '.join(random_ops)}):"
-                                     " under op determinism TensorFlow runs it serially (deterministic, but slow: "
-                                     "TF #62100)", _STATELESS_FIX, "pipeline", {"ops": random_ops}))
+                found.append(Finding("note", where, f"{stateful} under op determinism TensorFlow runs it serially "
+                                     "(deterministic, but slow: TF #62100)", _STATELESS_FIX, "pipeline",
+                                     {"ops": random_ops}))
             else:
-                found.append(Finding("risk", where, f"runs in parallel with stateful random ops ({', '.join(random_ops)}):"
-                                     " random numbers go to elements in thread order, so each run augments "
+                found.append(Finding("risk", where, f"{stateful} random numbers go to elements in thread order, so "
+                                     "each run augments "
                                      "differently", _STATELESS_FIX + "; or tfrepro.patch()", "pipeline",
                                      {"ops": random_ops}))
         if node.attrs.get("deterministic") == "false":

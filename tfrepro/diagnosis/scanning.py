@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tfrepro import _tf
-from tfrepro.determinism import reporting
+from tfrepro.determinism import reporting, state
 from tfrepro.diagnosis import graph_walk, pipelines
 from tfrepro.diagnosis.batches import Batch
 from tfrepro.diagnosis.findings import Finding
@@ -93,6 +93,12 @@ def op_findings(nodes: Iterable[graph_walk.Node], spy: LayerCalls, tf_version: s
         if hit is None or (where, hit[0].key) in found:
             continue
         fact, behaviour = hit
+        if fact.replacement in state.active_ops() and state.active_summation() == "tf" and not node.xla:
+            found[(where, fact.key)] = Finding(  # ops="auto" without a GPU runs TF's own (deterministic) kernel
+                "handled", where, f"{fact.api} ({node.op}) {behaviour} on a GPU in TF {version[0]}.{version[1]}; "
+                f"patch()'s ops='auto' runs tfrepro.ops.{fact.replacement} there (on a CPU, TF's own kernel)", "", "ops",
+                {"op": fact.replacement, "fact": fact.key})
+            continue
         verb = "has no deterministic GPU kernel" if behaviour == "raises" else \
             "runs an order-dependent GPU kernel even under op determinism"
         found[(where, fact.key)] = Finding(

@@ -23,6 +23,9 @@ ENV_NAMES = {
 }
 
 
+OPS_CHOICES = {"auto": "auto", "all": True, "none": False}  # --ops value -> patch(ops=...)
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     """How the child runs: whether and how to patch (seed, thread pools, oneDNN, op replacements),
@@ -32,7 +35,7 @@ class LaunchConfig:
     seed: int = 0
     threads: int | None = None
     onednn: bool | None = None
-    ops: bool = False
+    ops: str = "auto"
     patch: bool = True
     trace_dir: str | None = None
     gradients: bool = False
@@ -44,6 +47,13 @@ class LaunchConfig:
             raise LaunchError(str(exc)) from None
         if self.threads is not None and self.threads < 1:
             raise LaunchError(f"--threads must be a positive integer; got {self.threads}")
+        if self.ops not in OPS_CHOICES:
+            raise LaunchError(f"--ops must be one of {', '.join(OPS_CHOICES)}; got {self.ops!r}")
+
+    @property
+    def patch_ops(self) -> str | bool:
+        """``ops`` as ``patch(ops=...)`` takes it: "auto", True ("all") or False ("none")."""
+        return OPS_CHOICES[self.ops]
 
     def to_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The child's environment: ``base`` (default ``os.environ``) with the protocol variables
@@ -68,7 +78,7 @@ class LaunchConfig:
         values = {name: environ[variable] for name, variable in ENV_NAMES.items() if variable in environ}
         config = {}
         for name, raw in values.items():
-            if name in ("patch", "ops", "gradients", "onednn"):
+            if name in ("patch", "gradients", "onednn"):
                 config[name] = raw == "1"
             elif name in ("seed", "threads"):
                 config[name] = int(raw)

@@ -27,6 +27,8 @@ _HOMES = {
     "softmax_cross_entropy_with_logits": "nn",
     "sparse_softmax_cross_entropy_with_logits": "nn",
     "crop_and_resize": "image",
+    "adjust_contrast": "image",
+    "fused_batch_norm": "nn",
     "resize_nearest_neighbor": "image",
     "embedding_lookup": "gathering",
     "gather": "gathering",

@@ -41,7 +41,10 @@ can change a bit.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -348,13 +351,54 @@ class Plan(NamedTuple):
     chunk_elements: int
 
 
+_SUMMATION: contextvars.ContextVar[str] = contextvars.ContextVar("tfrepro_summation", default="exact")
+
+
+def summation() -> str:
+    """How the ops sum in the calling context: "exact" (order-invariant, the default) or "tf" (TF's own
+    sums, which TF runs deterministically on every device under op determinism: ``patch(ops="auto")``)."""
+    return _SUMMATION.get()
+
+
+@contextlib.contextmanager
+def summing(mode: str) -> Iterator[None]:
+    """Sum the ops' way ``mode`` ("exact" or "tf") inside the block (traces are keyed by it)."""
+    if mode not in ("exact", "tf"):
+        raise ValueError(f"summation must be 'exact' or 'tf'; got {mode!r}")
+    token = _SUMMATION.set(mode)
+    try:
+        yield
+    finally:
+        _SUMMATION.reset(token)
+
+
+def same_summation(grad):
+    """``grad`` (a custom gradient, run later by the tape) summing the way its forward op did."""
+    mode = summation()
+
+    @functools.wraps(grad)
+    def wrapped(*args, **kwargs):
+        with summing(mode):
+            return grad(*args, **kwargs)
+
+    return wrapped
+
+
 def current_plan() -> Plan:
-    """The plan for the calling context. On CPU, DenseBincount is the faster accumulator while its
-    table of ``slots * K`` sums stays in cache; on GPUs it raises under op determinism, and TF's GPU
-    segment sums take no int64, so they sum exact float64 limbs; XLA sums int64 itself."""
+    """The plan for the calling context. Under ``summing("tf")``, TF's own sums. On CPU,
+    DenseBincount is the faster accumulator while its table of ``slots * K`` sums stays in cache;
+    on GPUs it raises under op determinism, and TF's GPU segment sums take no int64, so they sum
+    exact float64 limbs; XLA sums int64 itself."""
+    if summation() == "tf":
+        return Plan("tf", 0)
     if in_xla_context():
         return Plan("segment", 0)
     return Plan("float64_limbs" if _gpus_visible() else "bincount_when_small", CHUNK_ELEMENTS)
+
+
+def gpus_visible() -> bool:
+    """Whether TensorFlow sees a GPU (``ops="auto"`` runs tfrepro's versions only then)."""
+    return _gpus_visible()
 
 
 def _gpus_visible() -> bool:

@@ -11,3 +11,6 @@ embedding_lookup = tf.nn.embedding_lookup
 sparse_dense_matmul = tf.sparse.sparse_dense_matmul
 resize_nearest_neighbor = tf.raw_ops.ResizeNearestNeighbor
 crop_and_resize = tf.raw_ops.CropAndResize
+reduce_sum = tf.reduce_sum
+fused_batch_norm = tf.compat.v1.nn.fused_batch_norm
+adjust_contrastv2 = tf.raw_ops.AdjustContrastv2

@@ -5,7 +5,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfrepro.ops import _stock
-from tfrepro.ops._exact_sum import traced
+from tfrepro.ops._checks import after, check, shape_text
+from tfrepro.ops._exact_sum import same_summation, traced
 from tfrepro.ops.segment import reduce_sum, unsorted_segment_sum
 
 
@@ -39,6 +40,7 @@ def resize_nearest_neighbor(images, size, align_corners=False, half_pixel_center
             out = _stock.resize_nearest_neighbor(images=x, size=size, align_corners=align_corners,
                                                  half_pixel_centers=half_pixel_centers)  # TF's checks
 
+            @same_summation
             def grad(dy):
                 return _resize_nearest_grad(dy, out, x, size, align_corners, half_pixel_centers)
 
@@ -131,9 +133,39 @@ def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear", ext
             out = _stock.crop_and_resize(image=image_in, boxes=boxes_in, box_ind=box_indices, crop_size=crop_size,
                                          method=method, extrapolation_value=extrapolation_value)  # TF's checks
 
+            @same_summation
             def grad(dy):
                 return _crop_and_resize_grad(dy, out, image_in, boxes_in, box_indices, crop_size, method)
 
             return out, grad
 
         return forward(image, boxes)
+
+
+@check
+def _three_d(shape: tf.Tensor):
+    return tf.size(shape) >= 3, lambda: tf.strings.join(["input must be at least 3-D, got shape", shape_text(shape)])
+
+
+def adjust_contrastv2(images, contrast_factor, name=None):
+    """The kernel behind ``tf.image.adjust_contrast`` (float images; TF's GPU kernel has no
+    deterministic version and raises under op determinism): ``(x - mean) * factor + mean`` with
+    the mean over height and width per image and channel, an order-invariant sum."""
+    with tf.name_scope(name or "DeterministicAdjustContrast"):
+        images = tf.convert_to_tensor(images)
+        factor = tf.cast(tf.convert_to_tensor(contrast_factor), images.dtype)
+        if not tf.executing_eagerly() and images.shape.rank is not None and images.shape.rank < 3:
+            raise ValueError(f"Shape must be at least rank 3 but is rank {images.shape.rank}")  # TF's shape function
+        images = after(_three_d(tf.shape(images)), images)
+        shape = tf.shape(images)
+        pixels = tf.cast(shape[-3] * shape[-2], images.dtype)
+        mean = reduce_sum(images, axis=[-3, -2], keepdims=True) / pixels
+        return (images - mean) * factor + mean
+
+
+def adjust_contrast(images, contrast_factor):
+    """``tf.image.adjust_contrast`` computed by ``adjust_contrastv2`` (deterministic on every device)."""
+    with tf.name_scope("DeterministicAdjustContrast"):
+        images = tf.convert_to_tensor(images)
+        adjusted = adjust_contrastv2(tf.image.convert_image_dtype(images, tf.float32), contrast_factor)
+        return tf.image.convert_image_dtype(adjusted, images.dtype, saturate=True)

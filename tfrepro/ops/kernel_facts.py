@@ -6,8 +6,9 @@ releases before TensorFlow covered it, ran its order-dependent kernel silently (
 Each ``KernelFact`` names the graph op types concerned, what they are in the Python API, the TF
 versions and behaviour, the Keras layers that reach them, the fix, the ``tfrepro.ops`` replacement
 if there is one, the source, and whether the op is a gradient (reached only in training).
-``tfrepro.diagnose`` matches a traced train step against it; it is meant to be the one place that
-says what a TensorFlow version cannot run deterministically.
+``tfrepro.diagnose`` matches a traced train step against it, and ``patch(ops="auto")`` replaces
+what it lists for the installed version (``selection.auto_ops``): the one place that says what a
+TensorFlow version cannot run deterministically.
 
 TF-free: importing this module never imports TensorFlow, and ``tf_version`` defaults to the
 installed version read from package metadata.
@@ -95,24 +96,28 @@ FACTS: tuple[KernelFact, ...] = (
         (Span("nondeterministic", None, (2, 7)), Span("raises", (2, 7))),
         ("UpSampling2D (Keras 2; Keras 3 repeats pixels instead and never reaches it)",
          "Resizing(interpolation='nearest')"),
-        "tfrepro.patch(ops=['resize_nearest_neighbor']) or the tfrepro.layers.UpSampling2D drop-in",
+        "tfrepro.patch(): its default ops='auto' replaces it (ops=['resize_nearest_neighbor'] for the "
+        "order-invariant version), or the tfrepro.layers.UpSampling2D drop-in",
         f"{_RELEASE_NOTES}, TF 2.7", "resize_nearest_neighbor", backprop=True),
     KernelFact(
         "crop_and_resize_backprop", "tf.image.crop_and_resize backprop (to image and to boxes)",
         ("CropAndResizeGradImage", "CropAndResizeGradBoxes"),
         (Span("nondeterministic", None, (2, 6)), Span("raises", (2, 6))),
         ("layers that call tf.image.crop_and_resize (detection heads, ROI align)",),
-        "tfrepro.patch(ops=['crop_and_resize'])", f"{_RELEASE_NOTES}, TF 2.6", "crop_and_resize", backprop=True),
+        "tfrepro.patch(): its default ops='auto' replaces it (ops=['crop_and_resize'] for the order-invariant "
+        "version)", f"{_RELEASE_NOTES}, TF 2.6", "crop_and_resize", backprop=True),
     KernelFact(
         "sparse_dense_matmul", "tf.sparse.sparse_dense_matmul", ("SparseTensorDenseMatMul",),
         (Span("nondeterministic", None, (2, 6)), Span("raises", (2, 6))),
         ("Dense on tf.SparseTensor input", "layers that call tf.sparse.sparse_dense_matmul"),
-        "tfrepro.patch(ops=['sparse_dense_matmul'])", f"{_RELEASE_NOTES}, TF 2.6", "sparse_dense_matmul"),
+        "tfrepro.patch(): its default ops='auto' replaces it (ops=['sparse_dense_matmul'] for the "
+        "order-invariant version)", f"{_RELEASE_NOTES}, TF 2.6", "sparse_dense_matmul"),
     KernelFact(
         "bincount", "tf.math.bincount", ("Bincount", "DenseBincount"),
         (Span("nondeterministic", None, (2, 7)), Span("raises", (2, 7))),
         ("CategoryEncoding(output_mode='count' or 'multi_hot')", "keras.ops.bincount", "metrics that count"),
-        "tfrepro.patch(ops=['bincount'])", f"{_RELEASE_NOTES}, TF 2.7", "bincount"),
+        "tfrepro.patch(): its default ops='auto' replaces it (ops=['bincount'] for the order-invariant "
+        "version)", f"{_RELEASE_NOTES}, TF 2.7", "bincount"),
     KernelFact(
         "fused_batch_norm_backprop_inference",
         "fused batch-norm backprop with is_training=False, i.e. batch norm fine-tuning",
@@ -120,15 +125,15 @@ FACTS: tuple[KernelFact, ...] = (
         (Span("raises", (2, 7)),),
         ("BatchNormalization called with training=False while trainable (Keras 2's fused path; Keras 3 "
          "computes batch norm unfused)",),
-        "freeze the BatchNormalization layers when fine-tuning (layer.trainable = False, Keras's transfer-learning "
-        "recipe), or BatchNormalization(fused=False) on Keras 2",
-        f"{_RELEASE_NOTES}, TF 2.7", attr=("is_training", (False,)), backprop=True),
+        "tfrepro.patch(): its default ops='auto' replaces it (ops=['fused_batch_norm']); or freeze the "
+        "BatchNormalization layers when fine-tuning (layer.trainable = False), or BatchNormalization(fused=False)",
+        f"{_RELEASE_NOTES}, TF 2.7", "fused_batch_norm", attr=("is_training", (False,)), backprop=True),
     KernelFact(
         "adjust_contrast", "tf.image.adjust_contrast", ("AdjustContrastv2", "AdjustContrast"),
         (Span("raises", (2, 7)),),
         ("RandomContrast (Keras 2)", "tf.image.random_contrast / stateless_random_contrast in a model"),
-        "compute it as (x - mean) * factor + mean, with the mean from tf.reduce_mean over height and width",
-        f"{_RELEASE_NOTES}, TF 2.7"),
+        "tfrepro.patch(): its default ops='auto' replaces it (ops=['adjust_contrast']); or compute it as "
+        "(x - mean) * factor + mean with the mean over height and width", f"{_RELEASE_NOTES}, TF 2.7", "adjust_contrast"),
     KernelFact(
         "debug_numeric_summary", "tf.debugging dumps: DebugNumericSummaryV2 in CONCISE_HEALTH or FULL_HEALTH mode",
         ("DebugNumericSummaryV2",), (Span("raises", (2, 7)),), ("tf.debugging.experimental.enable_dump_debug_info",),
@@ -203,6 +208,11 @@ def resolve_version(tf_version: str | Version | None) -> Version:
                          if tf_version is not None else
                          "TensorFlow is not installed; pass tf_version, e.g. '2.15'")
     return parsed
+
+
+def installed_version() -> str | None:
+    """The installed TensorFlow's version, from package metadata (never imports it)."""
+    return _tf.installed_tf_version()
 
 
 def fact(key: str) -> KernelFact:

@@ -1,4 +1,5 @@
-"""``bias_add`` and the softmax cross-entropies with order-invariant reductions in their gradients."""
+"""``bias_add``, the softmax cross-entropies and fused batch norm's inference-mode backprop, with
+order-invariant reductions in their gradients."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import tensorflow as tf
 
 from tfrepro.ops import _stock
 from tfrepro.ops._checks import after, check, joined, shape_text, text
+from tfrepro.ops._exact_sum import same_summation
 from tfrepro.ops.segment import reduce_sum
 
 
@@ -167,3 +169,50 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
             return tf.cast(-picked, logits_in.dtype), grad
 
         return forward(logits)
+
+
+def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, data_format="NHWC", is_training=True,
+                     name=None, exponential_avg_factor=1.0):
+    """``tf.compat.v1.nn.fused_batch_norm`` (Keras 2's ``BatchNormalization``). In training mode,
+    TF's op as it is (its backprop is deterministic). With ``is_training=False`` (batch norm
+    fine-tuning: frozen statistics, trainable scale and offset), TF's forward kernel, bit for bit,
+    and a backprop of sums over the batch and spatial axes (TF's fused backprop for this case has no
+    deterministic GPU kernel and raises under op determinism)."""
+    if is_training is not False:
+        return _stock.fused_batch_norm(x, scale, offset, mean=mean, variance=variance, epsilon=epsilon,
+                                       data_format=data_format, is_training=is_training, name=name,
+                                       exponential_avg_factor=exponential_avg_factor)
+    with tf.name_scope(name or "DeterministicFusedBatchNorm"):
+        x = tf.convert_to_tensor(x)
+        scale, offset = tf.convert_to_tensor(scale), tf.convert_to_tensor(offset)
+        mean, variance = tf.convert_to_tensor(mean), tf.convert_to_tensor(variance)
+        channels_last = not data_format.startswith("NC")
+        rank = x.shape.rank if x.shape.rank is not None else 4
+        axes = [a for a in range(rank) if a != (rank - 1 if channels_last else 1)]
+
+        def per_channel(v: tf.Tensor) -> tf.Tensor:
+            shape = [1] * rank
+            shape[rank - 1 if channels_last else 1] = -1
+            return tf.reshape(v, shape)
+
+        @tf.custom_gradient
+        def forward(x_in, scale_in, offset_in, mean_in, variance_in):
+            y, running_mean, running_variance = _stock.fused_batch_norm(
+                x_in, scale_in, offset_in, mean=mean_in, variance=variance_in, epsilon=epsilon, data_format=data_format,
+                is_training=False, exponential_avg_factor=exponential_avg_factor)
+
+            @same_summation
+            def grad(dy, *_):  # TF's gradient: none for the (frozen) statistics, nor through the returned ones
+                with tf.control_dependencies([y]):  # TF's forward checked the shapes all of this relies on
+                    dy32 = tf.cast(dy, tf.float32)
+                    inverse = tf.math.rsqrt(tf.identity(variance_in) + epsilon)
+                    centred = tf.cast(x_in, tf.float32) - per_channel(tf.identity(mean_in))
+                    scaled = tf.identity(scale_in) * inverse
+                d_x = tf.cast(dy32 * per_channel(scaled), x_in.dtype)
+                d_scale = reduce_sum(dy32 * centred, axis=axes) * inverse
+                d_offset = reduce_sum(dy32, axis=axes)
+                return d_x, d_scale, d_offset, None, None
+
+            return (y, running_mean, running_variance), grad
+
+        return forward(x, scale, offset, mean, variance)

@@ -12,6 +12,7 @@ view that differs in the replaced ops alone.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import types
 from collections.abc import Callable, Iterable
@@ -21,6 +22,8 @@ import tensorflow as tf
 
 from tfrepro.errors import warn
 from tfrepro.ops import gathering, image, nn, segment, sparse
+from tfrepro.ops import _exact_sum
+from tfrepro.ops._exact_sum import summing
 
 # op name -> (replacement, targets). A target is "tf.<attribute path>" (also bound as
 # "tf.compat.v2.<attribute path>"), "<module>:<attribute>", or "<module>:<generated-op module
@@ -58,6 +61,9 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
         "tensorflow.python.ops.image_ops_impl:gen_image_ops.resize_nearest_neighbor",)),
     "crop_and_resize": (image.crop_and_resize, (
         "tensorflow.python.ops.image_ops_impl:gen_image_ops.crop_and_resize",)),
+    "fused_batch_norm": (nn.fused_batch_norm, ("tf.compat.v1.nn.fused_batch_norm",)),
+    "adjust_contrast": (image.adjust_contrastv2, (
+        "tensorflow.python.ops.image_ops_impl:gen_image_ops.adjust_contrastv2",)),
 }
 
 
@@ -96,8 +102,32 @@ def _owner(target: str) -> tuple[Any, str]:
     return importlib.import_module(module), attribute
 
 
-def rebind(names: Iterable[str]) -> Callable[[], None]:
-    """Point every target of the named ops at tfrepro's op; returns the undo."""
+# TF's op has no gradient (AdjustContrastv2): tfrepro's version, which has one, runs on every device.
+_OURS_EVERYWHERE = {"adjust_contrast"}
+
+
+def _summing(replacement: Callable[..., Any], mode: str, original: Callable[..., Any] | None) -> Callable[..., Any]:
+    """``replacement`` as ``mode`` says: "exact" (order-invariant) as it is; "tf" (``ops="auto"``)
+    summing with TF's own kernels where a GPU is visible, and else TF's ``original`` op itself (None:
+    tfrepro's everywhere): on a CPU every TF kernel is deterministic, so there the replacement would
+    only cost time."""
+    if mode == "exact":
+        return replacement
+
+    @functools.wraps(replacement)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if original is not None and not _exact_sum.gpus_visible():
+            return original(*args, **kwargs)
+        with summing(mode):
+            return replacement(*args, **kwargs)
+
+    return call
+
+
+def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]:
+    """Point every target of the named ops at tfrepro's op, summing order-invariantly ("exact") or
+    with TF's sums, deterministic under op determinism ("tf", for ``patch(ops="auto")``); returns
+    the undo."""
     saved: list[tuple[Any, str, Any]] = []
     views: dict[tuple[int, str], dict[str, Any]] = {}
     owners: dict[tuple[int, str], Any] = {}
@@ -121,10 +151,11 @@ def rebind(names: Iterable[str]) -> Callable[[], None]:
                     module_global, op = attribute.split(".")
                     key = (id(owner), module_global)
                     owners[key] = owner
-                    views.setdefault(key, {})[op] = replacement
+                    tf_op = None if name in _OURS_EVERYWHERE else getattr(current, op)
+                    views.setdefault(key, {})[op] = _summing(replacement, summation, tf_op)
                     continue
                 saved.append((owner, attribute, current))
-                setattr(owner, attribute, replacement)
+                setattr(owner, attribute, _summing(replacement, summation, None if name in _OURS_EVERYWHERE else current))
             if not bound:
                 warn(f"tfrepro.patch(ops=...): this TensorFlow has none of the names of {name}; it is not replaced")
         for key, overrides in views.items():

@@ -1,24 +1,53 @@
 """Which ops ``patch(ops=...)`` can replace, and the selection it was given. TF-free, so that
-``patch()`` can check its arguments before TensorFlow loads (``rebinding.TABLE`` has the targets)."""
+``patch()`` can check its arguments before TensorFlow loads (``rebinding.TABLE`` has the targets).
+
+``ops="auto"`` (the default) selects what the installed TensorFlow cannot run deterministically on a
+GPU, read from ``kernel_facts``, and replaces it with versions built on TF's own sums, which TF runs
+deterministically under op determinism ("tf" summation: fast, deterministic, not order-invariant);
+``ops=True`` or a list selects tfrepro's order-invariant versions ("exact" summation).
+"""
 
 from __future__ import annotations
+
+from tfrepro.ops import kernel_facts
 
 REPLACEABLE_OPS = (
     "unsorted_segment_sum", "unsorted_segment_mean", "unsorted_segment_sqrt_n", "segment_sum", "segment_mean",
     "bias_add", "softmax_cross_entropy_with_logits", "sparse_softmax_cross_entropy_with_logits", "bincount",
     "sparse_dense_matmul", "gather", "embedding_lookup", "resize_nearest_neighbor", "crop_and_resize",
+    "fused_batch_norm", "adjust_contrast",
 )
 
 
-def select_ops(ops: object) -> tuple[str, ...]:
-    """The op names selected by ``patch(ops=...)``: True means all, False none, else a list of names."""
+def auto_ops(tf_version: str | kernel_facts.Version | None = None) -> dict[str, str]:
+    """What ``ops="auto"`` replaces in ``tf_version`` (default: the installed TensorFlow): each op
+    that has no deterministic GPU kernel there and that tfrepro can replace, with why."""
+    version = kernel_facts.resolve_version(tf_version)
+    chosen: dict[str, str] = {}
+    for fact in kernel_facts.FACTS:
+        behaviour = fact.behaviour(version)
+        if fact.replacement and behaviour and fact.replacement not in chosen:
+            chosen[fact.replacement] = f"{fact.api} {behaviour} on a GPU in TF {version[0]}.{version[1]}"
+    return {name: chosen[name] for name in REPLACEABLE_OPS if name in chosen}
+
+
+def select_ops(ops: object, tf_version: str | None = None) -> tuple[str, ...]:
+    """The op names selected by ``patch(ops=...)``: "auto" what ``auto_ops`` names, True all,
+    False none, else a list of names."""
+    if ops == "auto":
+        return tuple(auto_ops(tf_version)) if (tf_version or kernel_facts.installed_version()) else ()
     if ops is True:
         return REPLACEABLE_OPS
     if ops is False or ops is None:
         return ()
     if isinstance(ops, str) or not isinstance(ops, (list, tuple, set, frozenset)):
-        raise TypeError(f"ops must be True, False or a list of op names; got {ops!r}")
+        raise TypeError(f"ops must be 'auto', True, False or a list of op names; got {ops!r}")
     unknown = [name for name in ops if name not in REPLACEABLE_OPS]
     if unknown:
         raise ValueError(f"unknown op(s) {unknown}; tfrepro.ops replaces: {', '.join(REPLACEABLE_OPS)}")
     return tuple(name for name in REPLACEABLE_OPS if name in ops)
+
+
+def summation_of(ops: object) -> str:
+    """How the ops selected by ``ops`` sum: "tf" for "auto", "exact" (order-invariant) otherwise."""
+    return "tf" if ops == "auto" else "exact"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfrepro.ops import _stock
+from tfrepro.ops._exact_sum import same_summation
 from tfrepro.ops._checks import after, check, first_position, shape_text, text
 from tfrepro.ops.segment import reduce_sum, unsorted_segment_sum
 
@@ -123,6 +124,7 @@ def sparse_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=None):
             picked = _stock.gather(dense, cols)
             result = unsorted_segment_sum(values[:, None] * picked, rows, out_rows)
 
+            @same_summation
             def grad(dy):
                 spread = _stock.gather(dy, rows)
                 d_values = reduce_sum(spread * picked, axis=1)

@@ -1,0 +1,146 @@
+"""``tfrepro.data.map_with_seed`` and the batch augmentations: the same batches in fresh processes,
+new ones each epoch, independent of the parallelism; the negative control is the stateful map."""
+
+import json
+
+import numpy as np
+import pytest
+
+import tfrepro
+from tfrepro import _tf
+
+from conftest import run_python
+
+pytestmark = pytest.mark.keras
+
+_SCRIPT = """
+import hashlib, json, sys, warnings
+import tfrepro
+warnings.simplefilter("ignore")
+tfrepro.patch(7)
+import tensorflow as tf
+from tfrepro.data import map_with_seed, random_brightness, random_flip_left_right, random_translate
+
+images = tf.reshape(tf.range(64 * 8 * 8 * 3, dtype=tf.float32) % 97 / 97.0, [64, 8, 8, 3])
+labels = tf.range(64)
+
+def augment(x, y, seed):
+    seeds = tf.random.experimental.stateless_split(seed, 3)
+    x = random_translate(random_flip_left_right(x, seeds[0]), 2, seeds[1])
+    return random_brightness(x, 0.2, seeds[2]), y
+
+def stateful(x, y):
+    return tf.image.random_flip_left_right(tf.image.random_brightness(x, 0.2)), y
+
+out = {}
+for calls in (1, 4):
+    data = map_with_seed(tf.data.Dataset.from_tensor_slices((images, labels)).batch(8), augment, num_parallel_calls=calls)
+    out[f"seeded {calls}"] = [hashlib.sha256(b"".join(x.numpy().tobytes() for x, _ in data)).hexdigest() for _ in range(3)]
+if "--control" in sys.argv:
+    tfrepro.unpatch()  # the stateful parallel map, without op determinism: thread order decides
+    tf.random.set_seed(7)
+    data = tf.data.Dataset.from_tensor_slices((images, labels)).map(stateful, num_parallel_calls=4, deterministic=False)
+    out["stateful"] = hashlib.sha256(b"".join(x.numpy().tobytes() for x, _ in data)).hexdigest()
+print(json.dumps(out))
+"""
+
+
+def _run(tmp_path, *args):
+    script = tmp_path / "augment.py"
+    script.write_text(_SCRIPT)
+    proc = run_python(str(script), *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_two_fresh_processes_give_the_same_batches_each_epoch_new_and_any_parallelism(tmp_path):
+    first, second = _run(tmp_path), _run(tmp_path)
+    assert first == second  # byte-identical batches, 3 epochs, in two fresh processes
+    epochs = first["seeded 1"]
+    assert len(set(epochs)) == 3  # every epoch augments differently
+    assert first["seeded 4"] == epochs  # and the result does not depend on num_parallel_calls
+
+
+def test_negative_control_the_stateful_parallel_map_differs_between_runs(tmp_path):
+    digests = {_run(tmp_path, "--control")["stateful"] for _ in range(3)}
+    assert len(digests) > 1, "the stateful parallel map happened to agree in 3 runs"
+
+
+@pytest.fixture(scope="module")
+def tf():
+    return _tf.import_tf()
+
+
+def test_elements_tuples_dicts_and_the_default_seed(tf):
+    from tfrepro.data import map_with_seed
+
+    pairs = tf.data.Dataset.from_tensor_slices((tf.zeros([4, 2]), tf.ones([4])))
+    seen = list(map_with_seed(pairs, lambda x, y, seed: (x, y, seed), seed=1))
+    assert len(seen) == 4 and seen[0][2].shape == (2,) and seen[0][2].dtype == tf.int64
+    assert len({tuple(s.numpy()) for _, _, s in seen}) == 4  # one seed per element
+    dicts = tf.data.Dataset.from_tensor_slices({"a": tf.zeros([3])})
+    assert [float(v) for v in map_with_seed(dicts, lambda d, seed: d["a"] + 1.0, seed=1)] == [1.0, 1.0, 1.0]
+    with tfrepro.patched(5):
+        a = [s.numpy().tolist() for s in map_with_seed(dicts, lambda d, seed: seed)]
+    b = [s.numpy().tolist() for s in map_with_seed(dicts, lambda d, seed: seed, seed=5)]
+    assert a == b  # the default is the patch seed
+    c = [s.numpy().tolist() for s in map_with_seed(dicts, lambda d, seed: seed, seed=5, key="other")]
+    assert c != b
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"seed": None}, ValueError, "needs a seed"),
+    ({"seed": -1}, ValueError, "seed must be an int"),
+    ({"seed": 1, "num_parallel_calls": 0}, ValueError, "num_parallel_calls"),
+])
+def test_bad_arguments_say_what_to_do(tf, kwargs, error, message):
+    from tfrepro.data import map_with_seed
+
+    with pytest.raises(error, match=message):
+        map_with_seed(tf.data.Dataset.range(3), lambda x, seed: x, **kwargs)
+    with pytest.raises(TypeError, match="tf.data.Dataset"):
+        map_with_seed([1, 2], lambda x, seed: x, seed=1)
+
+
+def test_batch_augmentations_draw_per_image_and_repeat_with_the_seed(tf):
+    from tfrepro.data import random_brightness, random_flip_left_right, random_translate
+
+    images = tf.reshape(tf.range(32 * 6 * 6, dtype=tf.float32), [32, 6, 6, 1])
+    seed = tf.constant([3, 4], tf.int64)
+    flipped = random_flip_left_right(images, seed).numpy()
+    mirrored = [np.array_equal(f, i[:, ::-1]) for f, i in zip(flipped, images.numpy())]
+    assert 0 < sum(mirrored) < 32  # each image draws its own flip
+    assert np.array_equal(flipped, random_flip_left_right(images, seed).numpy())
+    shifted = random_translate(images, 2, seed).numpy()
+    assert shifted.shape == (32, 6, 6, 1) and len({s.tobytes() for s in shifted - images.numpy()}) > 1
+    per_image = random_brightness(tf.zeros_like(images), 0.5, seed).numpy().reshape(32, -1)  # the deltas
+    assert np.all(per_image.max(1) == per_image.min(1)) and np.all(np.abs(per_image) <= 0.5)
+    assert len(set(per_image[:, 0])) > 1
+    assert random_flip_left_right(images[0], seed).shape == (6, 6, 1)  # one image works too
+    with pytest.raises(TypeError, match="float images"):
+        random_brightness(tf.zeros([2, 2, 2, 1], tf.uint8), 0.1, seed)
+    with pytest.raises(ValueError, match="pad must be"):
+        random_translate(images, -1, seed)
+
+
+def test_keras3_random_layers_take_no_per_element_seed(keras, tf):
+    """What the README says: Keras 3's random layers draw from a SeedGenerator (a variable each call
+    updates); their seed is an int or a SeedGenerator, never a tensor, so map_with_seed cannot key them."""
+    if _tf.keras_major(keras) < 3:
+        pytest.skip("Keras 3 only")
+    flip = keras.layers.RandomFlip()
+    with pytest.raises(ValueError, match="must be either an integer or an instance of `SeedGenerator`"):
+        flip.get_random_transformation(tf.zeros([2, 4, 4, 1]), training=True, seed=tf.constant([1, 2], tf.int64))
+
+
+def test_the_scan_names_map_with_seed_and_passes_it(tf):
+    from tfrepro.data import map_with_seed
+    from tfrepro.diagnosis.pipelines import pipeline_findings
+
+    images = tf.data.Dataset.from_tensor_slices(tf.zeros([8, 4, 4, 1]))
+    with tfrepro.patched(0):
+        stateful = images.map(tf.image.random_flip_left_right, num_parallel_calls=2)
+        found = pipeline_findings(stateful)
+        assert len(found) == 1 and "tfrepro.data.map_with_seed" in found[0].fix
+        seeded = map_with_seed(images, lambda image, seed: tf.image.stateless_random_flip_left_right(image, seed))
+        assert pipeline_findings(seeded) == []  # the fix passes the scan

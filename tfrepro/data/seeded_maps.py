@@ -1,0 +1,62 @@
+"""``map_with_seed``: a ``tf.data`` map whose function gets a stateless seed per element.
+
+Stateful random ops (``tf.image.random_*``, Keras 3's random layers) in a parallel ``map`` either
+hand their numbers to elements in thread order (each run augments differently) or, under op
+determinism, run serially (TF #62100, #39992). A stateless op keyed by a seed that travels with the
+element is both: deterministic and parallel. The seeds come from ``tf.data.Dataset.random`` zipped
+in before the map, a serial source, so element ``i`` of epoch ``e`` always gets the same seed, and
+``rerandomize_each_iteration`` gives every epoch (every new iterator) a new stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tfrepro import _tf
+from tfrepro.determinism import seeding, state
+
+
+def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
+                  num_parallel_calls: int | None = None, *, key: str | None = None) -> Any:
+    """``dataset.map`` calling ``fn(*element, seed)`` (``fn(element, seed)`` for an element that is
+    not a tuple), ``seed`` a ``[2]`` int64 tensor for ``tf.random.stateless_*`` and
+    ``tf.image.stateless_random_*``.
+
+    The seed is fixed by ``seed`` (default: the active ``tfrepro.patch`` seed), ``key`` (default:
+    ``fn``'s qualified name; give distinct keys to two maps of one function), the element's position
+    and the epoch: the same in every run, different in every epoch. The map runs in parallel
+    (``num_parallel_calls``, default ``tf.data.AUTOTUNE``) with ``deterministic=True``; its result
+    does not depend on how many calls run at once. ``fn`` must draw its randomness from ``seed``
+    only (stateful random ops in it would still run in thread order, or serially under op
+    determinism).
+
+    >>> import tensorflow as tf, tfrepro.data
+    >>> flip = lambda image, seed: tf.image.stateless_random_flip_left_right(image, seed)
+    >>> ds = tfrepro.data.map_with_seed(tf.data.Dataset.from_tensor_slices(tf.zeros([8, 4, 4, 1])), flip, seed=1)
+    >>> [tuple(image.shape) for image in ds.take(1)]
+    [(4, 4, 1)]
+    """
+    tf = _tf.import_tf()
+    if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError(f"dataset must be a tf.data.Dataset; got {type(dataset).__name__}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, as fn(*element, seed); got {type(fn).__name__}")
+    if seed is None:
+        seed = state.active_seed()
+        if seed is None:
+            raise ValueError("map_with_seed needs a seed: pass seed=S, or call tfrepro.patch(S) first")
+    seed = seeding.validate_seed(seed, "seed")
+    if num_parallel_calls is not None and num_parallel_calls != tf.data.AUTOTUNE and (
+            isinstance(num_parallel_calls, bool) or not isinstance(num_parallel_calls, int) or num_parallel_calls < 1):
+        raise ValueError(f"num_parallel_calls must be a positive int or tf.data.AUTOTUNE; got {num_parallel_calls!r}")
+    key = key if key is not None else getattr(fn, "__qualname__", type(fn).__qualname__)
+    seeds = tf.data.Dataset.random(seed=seeding.derive_seed(seed, "map_with_seed", key),
+                                   rerandomize_each_iteration=True).batch(2)
+
+    def call(element: Any, element_seed: Any) -> Any:
+        return fn(*element, element_seed) if isinstance(element, tuple) else fn(element, element_seed)
+
+    return tf.data.Dataset.zip((dataset, seeds)).map(
+        call, num_parallel_calls=tf.data.AUTOTUNE if num_parallel_calls is None else num_parallel_calls,
+        deterministic=True)
