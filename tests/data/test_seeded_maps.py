@@ -80,12 +80,20 @@ def test_elements_tuples_dicts_and_the_default_seed(tf):
     assert len({tuple(s.numpy()) for _, _, s in seen}) == 4  # one seed per element
     dicts = tf.data.Dataset.from_tensor_slices({"a": tf.zeros([3])})
     assert [float(v) for v in map_with_seed(dicts, lambda d, seed: d["a"] + 1.0, seed=1)] == [1.0, 1.0, 1.0]
+    def seeds(fn, **kwargs):
+        tf.random.set_seed(5)  # TF's global seed counts too, as for every tf.data random op (patch(5) sets it)
+        return [s.numpy().tolist() for s in map_with_seed(dicts, fn, **kwargs)]
+
+    def same(d, seed):
+        return seed
+
     with tfrepro.patched(5):
-        a = [s.numpy().tolist() for s in map_with_seed(dicts, lambda d, seed: seed)]
-    b = [s.numpy().tolist() for s in map_with_seed(dicts, lambda d, seed: seed, seed=5)]
-    assert a == b  # the default is the patch seed
-    c = [s.numpy().tolist() for s in map_with_seed(dicts, lambda d, seed: seed, seed=5, key="other")]
-    assert c != b
+        a = seeds(same)
+    assert a == seeds(same, seed=5)  # the default is the patch seed
+    assert seeds(same, seed=5, key="other") != a
+    first = seeds(lambda d, seed: seed, seed=5)
+    second = seeds(lambda d, seed: seed, seed=5)  # another lambda, another line: another stream
+    assert first != second
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

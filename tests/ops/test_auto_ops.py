@@ -133,8 +133,11 @@ import hashlib, json, warnings
 import numpy as np
 import tfrepro
 warnings.simplefilter("ignore")
-from tfrepro.ops import _exact_sum
+from tfrepro.ops import _exact_sum, rebinding
 _exact_sum._gpus_visible = lambda: True  # as on a GPU box: ops="auto" runs tfrepro's versions (the tests run on CPU)
+ran = []
+summing = rebinding.summing
+rebinding.summing = lambda mode: ran.append(mode) or summing(mode)  # counts the calls of tfrepro's versions
 tfrepro.patch(11)  # no arguments beyond the seed: ops="auto"
 import tensorflow as tf
 from tfrepro import _tf
@@ -152,14 +155,16 @@ class FineTuned(keras.layers.Layer):
 x = np.random.default_rng(0).random((64, 8, 8, 3)).astype("float32")
 y = np.random.default_rng(1).random((64, 1)).astype("float32")
 digests = {}
-for name, middle in (("upsampling", [keras.layers.UpSampling2D(), keras.layers.Conv2D(4, 3, strides=2)]),
+for name, middle in (("upsampling", [keras.layers.UpSampling2D(), keras.layers.Resizing(12, 12, "nearest"),
+                                     keras.layers.Conv2D(4, 3, strides=2)]),
                      ("batch norm fine-tuning", [FineTuned()])):
     model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu"), *middle,
                               keras.layers.Flatten(), keras.layers.Dropout(0.3), keras.layers.Dense(1)])
     model.compile(optimizer="adam", loss="mse")
     model.fit(x, y, batch_size=16, epochs=2, shuffle=True, verbose=0)
     digests[name] = hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes() for w in model.get_weights())).hexdigest()
-print(json.dumps({"weights": digests, "ops": list(state.active_ops()), "status": tfrepro.status()["op replacements"].value}))
+status = tfrepro.status()["op replacements"]
+print(json.dumps({"weights": digests, "ops": list(state.active_ops()), "status": status.value + status.why, "ran": len(ran)}))
 """
 
 
@@ -173,7 +178,8 @@ def test_upsampling_and_batch_norm_fine_tuning_train_identically_in_fresh_proces
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert runs[0]["weights"] == runs[1]["weights"]
     assert {"resize_nearest_neighbor", "fused_batch_norm"} <= set(runs[0]["ops"])
-    assert "ops='auto'" in runs[0]["status"]
+    assert "ops='auto'" in runs[0]["status"] and "resize_nearest_neighbor: tf.image.resize" in runs[0]["status"]
+    assert runs[0]["ran"] > 0  # tfrepro's versions ran (Resizing on Keras 3; UpSampling2D, batch norm on Keras 2)
 
 
 def test_keras3_dense_on_a_sparse_input_never_reaches_sparse_dense_matmul(keras, monkeypatch):
@@ -192,3 +198,15 @@ def test_keras3_dense_on_a_sparse_input_never_reaches_sparse_dense_matmul(keras,
     monkeypatch.setattr(tf.nn, "embedding_lookup_sparse", lambda *a, **k: lookups.append(1) or lookup(*a, **k))
     dense(tf.sparse.from_dense(tf.constant(np.eye(4, 6, dtype="float32"))))
     assert lookups
+
+
+def test_adjust_contrast_of_large_float16_images_takes_its_mean_in_float32():
+    """TF's CPU kernel takes no float16 (its GPU kernel does); a float16 mean of 65,536 pixels would
+    overflow. tfrepro's matches TF's float32 result within float16's precision."""
+    tf = _tf.import_tf()
+    from tfrepro import ops
+
+    images = np.linspace(-1, 1, 256 * 256, dtype=np.float32).reshape(1, 256, 256, 1) + 0.5
+    ours = ops.adjust_contrast(tf.constant(images, tf.float16), 1.5).numpy()
+    reference = tf.image.adjust_contrast(tf.constant(images), 1.5).numpy()
+    np.testing.assert_allclose(ours.astype(np.float32), reference, rtol=2e-3, atol=2e-3)

@@ -236,10 +236,12 @@ def test_tfrepro_run_ops_flag_rebinds_in_an_unmodified_script():
 def test_tfrepro_run_replaces_what_the_gpu_cannot_run_by_default_and_ops_none_nothing():
     code = "import tensorflow as tf; print(tf.math.bincount.__module__, tf.math.unsorted_segment_sum.__module__)"
     default = run_tfrepro("run", "--", sys.executable, "-c", code)
-    none = run_tfrepro("run", "--ops", "none", "--", sys.executable, "-c", code)
+    none = run_tfrepro("run", "--no-ops", "--", sys.executable, "-c", code)
     assert default.returncode == 0 and none.returncode == 0, default.stderr[-2000:] + none.stderr[-2000:]
     bincount, segment_sum = default.stdout.split()[-2:]
     assert bincount == "tfrepro.ops.sparse" and not segment_sum.startswith("tfrepro")  # auto: only what raises
     assert not none.stdout.split()[-2].startswith("tfrepro")
-    bad = run_tfrepro("run", "--ops", "some", "--", sys.executable, "-c", code)
-    assert bad.returncode == 2 and "invalid choice: 'some'" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run_tfrepro("run", "--ops", "--no-ops", "--", sys.executable, "-c", code)
+    assert bad.returncode == 2 and "not allowed with argument" in bad.stderr and "Traceback" not in bad.stderr
+    old_style = run_tfrepro("run", "--ops", sys.executable, "-c", code)  # no `--`: as before --no-ops existed
+    assert old_style.returncode == 0 and old_style.stdout.split()[-1].startswith("tfrepro"), old_style.stderr[-2000:]

@@ -198,6 +198,10 @@ CASES = [
     Case("adjust_contrast", "float images", (IMAGES, np.float32(1.7))),
     Case("adjust_contrast", "one uint8 image", ((np.abs(IMAGES[0]) * 60).astype(np.uint8), np.float32(0.4))),
     Case("adjust_contrast", "not 3-D", (F, np.float32(2.0))),
+    Case("fused_batch_norm", "fine-tuning, NCHW", (IMAGES.transpose(0, 3, 1, 2), *STATS),
+         (("is_training", False), ("data_format", "NCHW"))),
+    Case("fused_batch_norm", "fine-tuning, 5-D NDHWC", (IMAGES[:, None], *STATS),
+         (("is_training", False), ("data_format", "NDHWC"))),
 ]
 
 MODES = ("eager", "function", "unknown_shapes")

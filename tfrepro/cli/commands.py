@@ -51,9 +51,12 @@ def _add_launch_options(parser: argparse.ArgumentParser, seed: bool = True) -> N
         parser.add_argument("--seed", type=int, default=0, help="the seed (default 0), also PYTHONHASHSEED")
     parser.add_argument("--threads", type=int, default=None, help="pin TF's intra/inter-op thread pools to N")
     parser.add_argument("--onednn", type=_onednn, default=None, metavar="on|off", help="set TF_ENABLE_ONEDNN_OPTS")
-    parser.add_argument("--ops", nargs="?", const="all", default="auto", choices=["auto", "all", "none"],
-                        help="which ops tfrepro.ops replaces: auto (default: those this TensorFlow cannot run "
-                             "deterministically on a GPU), all (every op, order-invariant; also `--ops` alone), none")
+    ops = parser.add_mutually_exclusive_group()
+    ops.add_argument("--ops", dest="ops", action="store_const", const="all", default="auto",
+                     help="replace every op tfrepro.ops has with its order-invariant version (patch(ops=True)); by "
+                          "default only those this TensorFlow cannot run deterministically on a GPU (ops='auto')")
+    ops.add_argument("--no-ops", dest="ops", action="store_const", const="none",
+                     help="replace no op (patch(ops=False)): the ops above then raise on a GPU")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py [args...]")
 
 
@@ -176,7 +179,7 @@ def _doctor_command(args: argparse.Namespace, command: list[str]) -> str:
     """The ``tfrepro doctor`` command line that diagnoses what ``tfrepro check`` ran."""
     options = [*(["--seed", str(args.seed)] if args.seed else []), *(["--threads", str(args.threads)] if args.threads
                else []), *(["--onednn", "on" if args.onednn else "off"] if args.onednn is not None else []),
-               *([f"--ops={args.ops}"] if args.ops != "auto" else []), *(["--no-patch"] if args.no_patch else [])]
+               *({"all": ["--ops"], "none": ["--no-ops"]}.get(args.ops, [])), *(["--no-patch"] if args.no_patch else [])]
     return shlex.join(["tfrepro", "doctor", *options, "--", *command])
 
 

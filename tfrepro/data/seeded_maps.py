@@ -17,6 +17,14 @@ from tfrepro import _tf
 from tfrepro.determinism import seeding, state
 
 
+def _where_defined(fn: Callable[..., Any]) -> str:
+    """A stable name for ``fn``: module, qualified name and first line (lambdas differ by line)."""
+    target = getattr(fn, "func", fn)  # functools.partial: its function
+    code = getattr(target, "__code__", None)
+    name = getattr(target, "__qualname__", type(target).__qualname__)
+    return f"{getattr(target, '__module__', '')}.{name}:{code.co_firstlineno if code else ''}"
+
+
 def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
                   num_parallel_calls: int | None = None, *, key: str | None = None) -> Any:
     """``dataset.map`` calling ``fn(*element, seed)`` (``fn(element, seed)`` for an element that is
@@ -24,8 +32,12 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     ``tf.image.stateless_random_*``.
 
     The seed is fixed by ``seed`` (default: the active ``tfrepro.patch`` seed), ``key`` (default:
-    ``fn``'s qualified name; give distinct keys to two maps of one function), the element's position
-    and the epoch: the same in every run, different in every epoch. The map runs in parallel
+    where ``fn`` is defined: its module, name and first line, so moving or renaming it changes the
+    draws; give distinct keys to two maps of one function, or of two lambdas on one line), the
+    element's position and the epoch (the n-th iterator made over the dataset: peeking with
+    ``take(1)`` before training shifts every later epoch), and, as for every tf.data random op, TF's
+    global seed (``tfrepro.patch(S)`` sets it to ``S``): the same in every run, different in every
+    epoch. The map runs in parallel
     (``num_parallel_calls``, default ``tf.data.AUTOTUNE``) with ``deterministic=True``; its result
     does not depend on how many calls run at once. ``fn`` must draw its randomness from ``seed``
     only (stateful random ops in it would still run in thread order, or serially under op
@@ -50,12 +62,12 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     if num_parallel_calls is not None and num_parallel_calls != tf.data.AUTOTUNE and (
             isinstance(num_parallel_calls, bool) or not isinstance(num_parallel_calls, int) or num_parallel_calls < 1):
         raise ValueError(f"num_parallel_calls must be a positive int or tf.data.AUTOTUNE; got {num_parallel_calls!r}")
-    key = key if key is not None else getattr(fn, "__qualname__", type(fn).__qualname__)
+    key = key if key is not None else _where_defined(fn)
     seeds = tf.data.Dataset.random(seed=seeding.derive_seed(seed, "map_with_seed", key),
                                    rerandomize_each_iteration=True).batch(2)
 
     def call(element: Any, element_seed: Any) -> Any:
-        return fn(*element, element_seed) if isinstance(element, tuple) else fn(element, element_seed)
+        return fn(*element, element_seed) if type(element) is tuple else fn(element, element_seed)  # as Dataset.map
 
     return tf.data.Dataset.zip((dataset, seeds)).map(
         call, num_parallel_calls=tf.data.AUTOTUNE if num_parallel_calls is None else num_parallel_calls,

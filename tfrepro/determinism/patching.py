@@ -74,7 +74,8 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
     outer_config = _active_config()
     # Under an active patch, what ran since was seeded by it, and the hash-seed warning was given then.
     first = outer_config is None
-    late = _late_findings(onednn=onednn, ops=bool(op_names) and ops != "auto", seeding_too=warn_late_seeding and first)
+    late = _late_findings(onednn=onednn, ops=bool(op_names) and (ops != "auto" or _auto_runs_tfrepro_ops()),
+                          seeding_too=warn_late_seeding and first)
     _warn_about_user_env()
 
     if outer_config is None:
@@ -220,6 +221,16 @@ def _warn_about_user_env() -> None:
         warn("TF_CUDNN_USE_AUTOTUNE=0 is set. Leave it unset: deterministic mode picks among deterministic "
              "cuDNN algorithms through the autotuner, and disabling it can select a nondeterministic or slow "
              "one. tfrepro does not change it.")
+
+
+def _auto_runs_tfrepro_ops() -> bool:
+    """Whether ``ops="auto"`` runs tfrepro's versions here (a GPU is visible): only then does a late
+    patch leave already-traced functions with TF's ops that raise."""
+    if not _tf.runtime_initialized():
+        return False
+    from tfrepro.ops import _exact_sum  # imports TensorFlow, which is loaded already
+
+    return _exact_sum.gpus_visible()
 
 
 def _late_findings(*, onednn: bool | None, ops: bool, seeding_too: bool) -> list[str]:

@@ -137,7 +137,7 @@ def _replacements_setting(tf_version: str | None) -> Setting:
         reasons = selection.auto_ops(tf_version) if tf_version else {}
         return Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops (ops='auto': what TF {tf_version} "
                        "cannot run deterministically on a GPU; tfrepro's versions where a GPU is visible, TF's own "
-                       "kernels on a CPU, deterministic there)", None,
+                       "kernels on a CPU, deterministic there, except adjust_contrast)", None,
                        "; ".join(f"{name}: {reasons.get(name, 'selected')}" for name in replaced))
     return Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops", None,
                    "order-invariant: " + ", ".join(replaced))

@@ -96,7 +96,8 @@ def op_findings(nodes: Iterable[graph_walk.Node], spy: LayerCalls, tf_version: s
         if fact.replacement in state.active_ops() and state.active_summation() == "tf" and not node.xla:
             found[(where, fact.key)] = Finding(  # ops="auto" without a GPU runs TF's own (deterministic) kernel
                 "handled", where, f"{fact.api} ({node.op}) {behaviour} on a GPU in TF {version[0]}.{version[1]}; "
-                f"patch()'s ops='auto' runs tfrepro.ops.{fact.replacement} there (on a CPU, TF's own kernel)", "", "ops",
+                f"patch()'s ops='auto' runs tfrepro.ops.{fact.replacement} there (on a CPU, TF's own kernel where it has a "
+                "gradient)", "", "ops",
                 {"op": fact.replacement, "fact": fact.key})
             continue
         verb = "has no deterministic GPU kernel" if behaviour == "raises" else \

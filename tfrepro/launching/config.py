@@ -35,7 +35,7 @@ class LaunchConfig:
     seed: int = 0
     threads: int | None = None
     onednn: bool | None = None
-    ops: str = "auto"
+    ops: str = "auto"  # "auto", "all" or "none" (True/False are read as "all"/"none")
     patch: bool = True
     trace_dir: str | None = None
     gradients: bool = False
@@ -47,6 +47,8 @@ class LaunchConfig:
             raise LaunchError(str(exc)) from None
         if self.threads is not None and self.threads < 1:
             raise LaunchError(f"--threads must be a positive integer; got {self.threads}")
+        if isinstance(self.ops, bool):  # patch()'s spelling: True = all, False = none
+            object.__setattr__(self, "ops", "all" if self.ops else "none")
         if self.ops not in OPS_CHOICES:
             raise LaunchError(f"--ops must be one of {', '.join(OPS_CHOICES)}; got {self.ops!r}")
 
@@ -82,6 +84,8 @@ class LaunchConfig:
                 config[name] = raw == "1"
             elif name in ("seed", "threads"):
                 config[name] = int(raw)
+            elif name == "ops":
+                config[name] = {"1": "all", "0": "none"}.get(raw, raw)  # the values before ops="auto"
             else:
                 config[name] = raw
         return cls(**config)

@@ -389,8 +389,8 @@ def current_plan() -> Plan:
     DenseBincount is the faster accumulator while its table of ``slots * K`` sums stays in cache;
     on GPUs it raises under op determinism, and TF's GPU segment sums take no int64, so they sum
     exact float64 limbs; XLA sums int64 itself."""
-    if summation() == "tf":
-        return Plan("tf", 0)
+    if summation() == "tf":  # XLA apart: a trace with run-time checks cannot compile under XLA
+        return Plan("tf_xla" if in_xla_context() else "tf", 0)
     if in_xla_context():
         return Plan("segment", 0)
     return Plan("float64_limbs" if _gpus_visible() else "bincount_when_small", CHUNK_ELEMENTS)
@@ -401,6 +401,7 @@ def gpus_visible() -> bool:
     return _gpus_visible()
 
 
+@functools.lru_cache(maxsize=None)
 def _gpus_visible() -> bool:
     return bool(tf.config.list_logical_devices("GPU"))
 

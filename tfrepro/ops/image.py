@@ -158,9 +158,9 @@ def adjust_contrastv2(images, contrast_factor, name=None):
             raise ValueError(f"Shape must be at least rank 3 but is rank {images.shape.rank}")  # TF's shape function
         images = after(_three_d(tf.shape(images)), images)
         shape = tf.shape(images)
-        pixels = tf.cast(shape[-3] * shape[-2], images.dtype)
-        mean = reduce_sum(images, axis=[-3, -2], keepdims=True) / pixels
-        return (images - mean) * factor + mean
+        wide = tf.cast(images, tf.float32) if images.dtype in (tf.float16, tf.bfloat16) else images
+        mean = reduce_sum(wide, axis=[-3, -2], keepdims=True) / tf.cast(shape[-3] * shape[-2], wide.dtype)
+        return tf.cast((wide - mean) * tf.cast(factor, wide.dtype) + mean, images.dtype)
 
 
 def adjust_contrast(images, contrast_factor):

@@ -178,7 +178,8 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, 
     fine-tuning: frozen statistics, trainable scale and offset), TF's forward kernel, bit for bit,
     and a backprop of sums over the batch and spatial axes (TF's fused backprop for this case has no
     deterministic GPU kernel and raises under op determinism)."""
-    if is_training is not False:
+    static_training = tf.get_static_value(is_training) if tf.is_tensor(is_training) else is_training
+    if static_training is None or bool(static_training):
         return _stock.fused_batch_norm(x, scale, offset, mean=mean, variance=variance, epsilon=epsilon,
                                        data_format=data_format, is_training=is_training, name=name,
                                        exponential_avg_factor=exponential_avg_factor)
@@ -187,7 +188,7 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, 
         scale, offset = tf.convert_to_tensor(scale), tf.convert_to_tensor(offset)
         mean, variance = tf.convert_to_tensor(mean), tf.convert_to_tensor(variance)
         channels_last = not data_format.startswith("NC")
-        rank = x.shape.rank if x.shape.rank is not None else 4
+        rank = len(data_format)  # NHWC, NCHW, NDHWC, NCDHW: exact also when x's rank is unknown
         axes = [a for a in range(rank) if a != (rank - 1 if channels_last else 1)]
 
         def per_channel(v: tf.Tensor) -> tf.Tensor:

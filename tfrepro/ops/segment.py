@@ -47,7 +47,7 @@ def _exact_segment_sum_kernel(data: tf.Tensor, segment_ids: tf.Tensor, num_segme
 
 def _exact_segment_sum(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
     plan = current_plan()
-    if plan.accumulator == "tf":  # TF's sum: deterministic under op determinism, not order-invariant
+    if plan.accumulator.startswith("tf"):  # TF's sum: deterministic under op determinism, not order-invariant
         return _stock.unsorted_segment_sum(data, segment_ids, num_segments)
     result = _exact_segment_sum_kernel(data, segment_ids, num_segments, plan)
     if data.shape.rank is not None and segment_ids.shape.rank is not None:
@@ -228,7 +228,7 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
             return tf.reduce_sum(x, axis=axis, keepdims=keepdims)
         if x.dtype.is_complex:
             return tf.complex(reduce_sum(tf.math.real(x), axis, keepdims), reduce_sum(tf.math.imag(x), axis, keepdims))
-        if current_plan().accumulator == "tf":  # TF's sum: deterministic under op determinism
+        if current_plan().accumulator.startswith("tf"):  # TF's sum: deterministic under op determinism
             return _stock.reduce_sum(x, axis=axis, keepdims=keepdims)
         static_axes = _static_axes(axis, x.shape.rank)
         if static_axes is not None:  # kept static: the sum picks its kernels by them
