@@ -23,7 +23,7 @@ from tfrepro._version import __version__
 from tfrepro.determinism.patching import enable_determinism, patch, patched, unpatch
 from tfrepro.determinism.reporting import Report, Setting, status
 from tfrepro.determinism.seeding import derive_seed, rng_state, seed_everything, set_rng_state
-from tfrepro.errors import DivergenceError, NotComparableError, ReproducibilityWarning
+from tfrepro.errors import CheckpointError, DivergenceError, NotComparableError, ReproducibilityWarning
 from tfrepro.proof.comparison import Comparison, Divergence, compare
 from tfrepro.proof.environment_info import EnvDifference, environment, environment_diff
 from tfrepro.proof.fingerprints import fingerprint
@@ -31,6 +31,7 @@ from tfrepro.proof.traces import Trace, TraceError, read_trace
 from tfrepro.proof.verification import Verification, verify
 
 __all__ = [
+    "CheckpointError",
     "Comparison",
     "Divergence",
     "Diagnosis",
@@ -39,6 +40,7 @@ __all__ = [
     "Finding",
     "NotComparableError",
     "Report",
+    "ReproCheckpoint",
     "ReproducibilityCallback",
     "ReproducibilityWarning",
     "Setting",
@@ -98,6 +100,7 @@ layers = sys.modules.setdefault(f"{__name__}.layers", _ModuleAlias(f"{__name__}.
 # Names that load on first use: they import TensorFlow (and Keras), or NumPy, SciPy and matplotlib.
 _LAZY = {
     "ReproducibilityCallback": "tfrepro.proof.callback",
+    "ReproCheckpoint": "tfrepro.checkpointing.callback",
     "diagnose": "tfrepro.diagnosis.diagnosing",
     "Diagnosis": "tfrepro.diagnosis.findings",
     "Finding": "tfrepro.diagnosis.findings",
