@@ -241,6 +241,8 @@ class _Run:
             return self.original_train_function(iterator)
         if self.finished:  # the checkpointed run had ended: train nothing
             self.model.stop_training = True
+            if not self.metrics_built:  # Keras reads them at the epoch's end
+                self._build_metrics(next(iterator))
             return dict(self.last_logs)
         if self.first_call is None:
             self.first_call = (self.epoch, self.batch)
@@ -260,7 +262,7 @@ class _Run:
         """Build the compiled metrics (Keras builds them in the first training step, which a replay
         does not run) on one batch in inference mode, which draws no random number, then reset them."""
         self.metrics_built = True
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(batch)
+        x, y, sample_weight = (*batch, None, None)[:3] if isinstance(batch, tuple) else (batch, None, None)
         y_pred = self.model(x, training=False)
         self.model.compute_loss(x, y, y_pred, sample_weight)  # Keras 2 builds its loss tracker here
         self.model.compute_metrics(x, y, y_pred, sample_weight)
@@ -285,6 +287,9 @@ class _Run:
                 for index, slot in enumerate(slots):
                     if slot.group == "metrics":
                         slot.variable.assign(_saved_value(stored, index))
+        unmatched = callback_states.restore(self.others, stored.manifest["callbacks"], stored.members)
+        if unmatched:
+            warn(f"not restored, as this fit has no such callback at that place: {', '.join(unmatched)}")
         if self.fit_callbacks == [self.owner] and self.others:
             self.fit_callbacks[:] = [*self.others, self.owner]
             for callback in self.others:  # the hooks they missed, as the first batch they saw was replayed
@@ -292,9 +297,6 @@ class _Run:
                     callback.on_epoch_begin(self.epoch)
                 if (self.epoch, self.batch) != self.first_call:
                     callback.on_train_batch_begin(self.batch)
-        unmatched = callback_states.restore(self.others, stored.manifest["callbacks"], stored.members)
-        if unmatched:
-            warn(f"not restored, as this fit has no such callback at that place: {', '.join(unmatched)}")
 
     # saving ---------------------------------------------------------------------------------------
     def _save(self, finished: bool = False) -> None:

@@ -70,9 +70,8 @@ def write(directory: Path, manifest: Mapping[str, Any], members: Mapping[str, by
         np.savez(file, **arrays)
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)
-    for leftover in directory.glob(f".ckpt-*{TEMPORARY_SUFFIX}"):
-        if f".{path.name}." not in leftover.name:  # another writer's file in flight is not ours to remove
-            leftover.unlink(missing_ok=True)
+    for leftover in directory.glob(f".ckpt-*{TEMPORARY_SUFFIX}"):  # from a writer that was killed
+        leftover.unlink(missing_ok=True)
     return path
 
 
