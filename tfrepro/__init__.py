@@ -2,14 +2,16 @@
 
 Call ``tfrepro.patch(seed)`` before building the model, or run an unmodified script with
 ``tfrepro run --seed N -- python train.py``. Importing tfrepro never imports TensorFlow;
-``tfrepro.ReproducibilityCallback``, the ops in ``tfrepro.ops`` and ``tfrepro.layers`` do, on first use.
+``tfrepro.ReproducibilityCallback``, ``tfrepro.ReproCheckpoint``, the ops in ``tfrepro.ops`` and
+``tfrepro.layers`` do, on first use.
 
 The package is laid out by verb, lowest first (a module imports only from its own floor or below):
 ``_tf``, ``_files`` and ``errors`` (the ground floor), ``ops`` (deterministic ops, the table of ops
 without deterministic GPU kernels, Keras drop-ins), ``determinism`` (patch, switches, seeding,
 status), ``proof`` (fingerprints, traces, the callback, comparisons, verify) and ``data``
 (``map_with_seed``), ``launching`` (``tfrepro run``/``check``), ``examples``, ``sweeps`` (seed sweeps
-and their statistics) and ``diagnosis`` (``diagnose``, ``tfrepro doctor``), ``plotting``, ``cli``;
+and their statistics), ``diagnosis`` (``diagnose``, ``tfrepro doctor``) and ``checkpointing``
+(``ReproCheckpoint``, ``tfrepro run --checkpoint``), ``plotting``, ``cli``;
 ``testing`` sits on ``proof``.
 """
 

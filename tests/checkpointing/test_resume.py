@@ -10,7 +10,6 @@ import json
 import signal
 import sys
 
-import numpy as np
 import pytest
 
 from conftest import SCRIPTS, clean_env, run_python, run_tfrepro
