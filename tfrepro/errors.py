@@ -36,8 +36,9 @@ class LaunchError(ValueError):
 
 
 class CheckpointError(ValueError):
-    """A ``ReproCheckpoint`` cannot be resumed from as asked: it comes from a different model,
-    optimizer or configuration (``.mismatch`` lists how), or the folder holds no readable one."""
+    """A ``ReproCheckpoint`` cannot resume this run: the checkpoint comes from a different model,
+    optimizer or configuration (``.mismatch`` lists how), or the model's random layers keep state
+    that no checkpoint can hold."""
 
     def __init__(self, message: str, mismatch: list[str] | None = None):
         self.mismatch = list(mismatch or [])

@@ -17,14 +17,76 @@ pytestmark = pytest.mark.keras
 def dataset(tf, batch_size=8):
     x = np.linspace(0, 1, 64 * 4, dtype="float32").reshape(64, 4)
     y = (x.sum(axis=1) > 2).astype("int64")
-    return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+    return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=3).batch(batch_size)
 
 
-def model(keras, units=8):
+def model(keras, units=8, **compile_options):
     built = keras.Sequential([keras.Input((4,)), keras.layers.Dense(units, activation="relu"), keras.layers.Dense(2)])
     built.compile(optimizer=keras.optimizers.SGD(0.1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
+                  **compile_options)
     return built
+
+
+def weights_bytes(trained):
+    return [np.asarray(w.numpy()).tobytes() for w in trained.weights]
+
+
+# Resumed in the same process from a middle checkpoint; the model has no random layer, so the
+# resumed run must end on the uninterrupted one's bits. Each variant once broke a first version.
+VARIANTS = {
+    "steps_per_execution=3 (a short last execution)": ({"steps_per_execution": 3}, {}, 4, None),
+    "validation each epoch": ({}, {"validation": True}, "epoch", None),
+    "ReduceLROnPlateau listed after the checkpoint": ({}, {}, "epoch", "plateau"),
+    "LearningRateScheduler on the current rate, mid-epoch": ({}, {}, 3, "schedule"),
+    "every divides the steps per epoch": ({}, {}, 4, None),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_resuming_in_process_ends_on_the_uninterrupted_bits(tmp_path, keras, variant):
+    import tensorflow as tf
+
+    compile_options, fit_options, every, extra = VARIANTS[variant]
+
+    def run(folder):
+        after = []
+        if extra == "plateau":
+            after = [keras.callbacks.ReduceLROnPlateau(monitor="loss", min_delta=10.0, patience=1, factor=0.5)]
+        before = [keras.callbacks.LearningRateScheduler(lambda epoch, rate: rate * 0.5)] if extra == "schedule" else []
+        trained = model(keras, **compile_options)
+        validation = dataset(tf) if fit_options.get("validation") else None
+        trained.fit(dataset(tf), epochs=4, verbose=0, validation_data=validation,
+                    callbacks=[*before, tfrepro.ReproCheckpoint(folder, every=every, keep=20), *after])
+        return trained, after
+
+    whole, after_whole = run(tmp_path / "whole")
+    saved = storage.list_checkpoints(tmp_path / "whole")
+    middle = saved[len(saved) // 2 - 1]
+    shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
+    for newer in storage.list_checkpoints(tmp_path / "resumed")[len(saved) // 2:]:
+        newer.unlink()
+    resumed, after_resumed = run(tmp_path / "resumed")
+    assert weights_bytes(resumed) == weights_bytes(whole), f"resumed from {middle.name}"
+    assert float(resumed.optimizer.learning_rate.numpy()) == float(whole.optimizer.learning_rate.numpy())
+    assert [(c.wait, c.best) for c in after_resumed] == [(c.wait, c.best) for c in after_whole]
+    if every == 4 and not compile_options:  # 8 batches an epoch: a save on its last batch lands at the next start
+        assert all(name.name.endswith("-b00000000.npz") or "-b00000004" in name.name for name in saved)
+
+
+def test_a_fit_that_raised_leaves_no_checkpointing_behind(tmp_path, keras):
+    import tensorflow as tf
+
+    class Fail(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("crash")
+
+    trained = model(keras)
+    with pytest.raises(RuntimeError, match="crash"):
+        trained.fit(dataset(tf), epochs=3, verbose=0, callbacks=[tfrepro.ReproCheckpoint(tmp_path), Fail()])
+    before = int(trained.optimizer.iterations.numpy())
+    trained.fit(dataset(tf), epochs=1, verbose=0)  # no ReproCheckpoint: a plain epoch of 8 batches
+    assert int(trained.optimizer.iterations.numpy()) == before + 8
 
 
 @pytest.mark.parametrize("kwargs, error", [

@@ -7,8 +7,9 @@ Saved and restored (same attributes in Keras 2 and 3):
 - ``EarlyStopping``: ``wait``, ``best``, ``best_epoch``, ``stopped_epoch``, ``best_weights``;
 - ``ModelCheckpoint``: ``best`` (which later epochs count as better with ``save_best_only``).
 
-Nothing to restore: ``LearningRateScheduler`` (it sets the rate from the epoch number each epoch),
-``TerminateOnNaN``, a ``LearningRateSchedule`` (its position is ``optimizer.iterations``). Not
+Nothing of their own to restore: ``LearningRateScheduler`` (the rate it sets is an optimizer
+variable, restored around the epoch-begin hook it gets again at a resume), ``TerminateOnNaN``, a
+``LearningRateSchedule`` (its position is ``optimizer.iterations``). Not
 restored, as they only record: ``History`` (a resumed ``fit`` returns the epochs it ran),
 ``ProgbarLogger``, ``CSVLogger`` (give it ``append=True``), ``TensorBoard``; ``BackupAndRestore``
 keeps its own files. User callbacks are not restored.

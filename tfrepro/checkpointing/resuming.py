@@ -10,14 +10,16 @@ random layers are switched to ``tf.random.Generator``s first, whose state a chec
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tfrepro import _tf
-from tfrepro.errors import LaunchError
+from tfrepro.errors import CheckpointError, LaunchError
 from tfrepro.launching import bootstrap
 from tfrepro.proof.fit_recording import each_fit
 
@@ -57,9 +59,19 @@ class CheckpointOptions:
 
 
 def main(argv: list[str]) -> None:
-    """The child's entry point (see ``tfrepro.launching.command.bootstrap_code``)."""
+    """The child's entry point (see ``tfrepro.launching.command.bootstrap_code``). A checkpoint that
+    does not fit the script is a user error: one line on stderr, exit 1, no traceback."""
     options = CheckpointOptions.from_env()
+    sys.excepthook = functools.partial(_one_line_for_checkpoint_errors, sys.excepthook)
     bootstrap.main(argv, around=lambda: checkpoint_fits(options))
+
+
+def _one_line_for_checkpoint_errors(default: Any, kind: type[BaseException], error: BaseException,
+                                    traceback: Any) -> None:
+    if isinstance(error, CheckpointError):
+        print(f"tfrepro run --checkpoint: {error}", file=sys.stderr)
+    else:
+        default(kind, error, traceback)
 
 
 @contextlib.contextmanager

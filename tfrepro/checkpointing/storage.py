@@ -13,6 +13,7 @@ the same (a damaged disk) is skipped with a warning, and the one before it is us
 from __future__ import annotations
 
 import json
+import os
 import re
 import zipfile
 from collections.abc import Mapping
@@ -70,9 +71,27 @@ def write(directory: Path, manifest: Mapping[str, Any], members: Mapping[str, by
         np.savez(file, **arrays)
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)
-    for leftover in directory.glob(f".ckpt-*{TEMPORARY_SUFFIX}"):  # from a writer that was killed
-        leftover.unlink(missing_ok=True)
+    for leftover in directory.glob(f".ckpt-*{TEMPORARY_SUFFIX}"):
+        if not _writer_alive(leftover):  # a writer that was killed
+            leftover.unlink(missing_ok=True)
     return path
+
+
+def _writer_alive(temporary: Path) -> bool:
+    """Whether the process named in a temporary file's name (``.NAME.PID.THREAD.tmp``) still runs."""
+    try:
+        pid = int(temporary.name.split(".")[-3])
+    except (IndexError, ValueError):
+        return False
+    if pid == os.getpid():
+        return False  # our own writes are done when this runs
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def read(path: Path) -> Stored:

@@ -72,11 +72,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops)
     env = config.to_env()
     if args.checkpoint is None:
+        if args.checkpoint_every is not None or args.checkpoint_keep is not None:
+            raise LaunchError("--checkpoint-every and --checkpoint-keep need --checkpoint DIR")
         command = bootstrap_command(_command(args))
     else:
         from tfrepro.checkpointing.resuming import CheckpointOptions
 
-        checkpoint = CheckpointOptions(args.checkpoint, args.checkpoint_every, args.checkpoint_keep)
+        checkpoint = CheckpointOptions(args.checkpoint, args.checkpoint_every or "epoch",
+                                       3 if args.checkpoint_keep is None else args.checkpoint_keep)
         command = bootstrap_command(_command(args), entry="tfrepro.checkpointing.resuming")
         env.update(checkpoint.to_env())
     sys.stdout.flush()
@@ -328,9 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint", metavar="DIR", default=None,
                      help="give every Model.fit a tfrepro.ReproCheckpoint in DIR/fit-K: run the same command again "
                           "after a crash and training resumes exactly where it stopped")
-    run.add_argument("--checkpoint-every", default="epoch", metavar="epoch|N",
+    run.add_argument("--checkpoint-every", default=None, metavar="epoch|N",
                      help="checkpoint at every epoch end (default) or every N batches")
-    run.add_argument("--checkpoint-keep", type=int, default=3, metavar="N", help="keep the newest N (default 3)")
+    run.add_argument("--checkpoint-keep", type=int, default=None, metavar="N", help="keep the newest N (default 3)")
     _add_launch_options(run)
     run.set_defaults(func=cmd_run, parser=run)
 
