@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -170,3 +171,20 @@ def test_cli_refuses_a_file_as_the_checkpoint_folder(tmp_path):
     (tmp_path / "file").write_text("x")
     proc = run_tfrepro("run", "--checkpoint", str(tmp_path / "file"), "--", "python", "-c", "pass")
     assert proc.returncode == 2 and "must name a folder" in proc.stderr
+
+
+def test_cli_refuses_checkpoint_options_without_a_folder():
+    proc = run_tfrepro("run", "--checkpoint-every", "5", "--", "python", "-c", "pass")
+    assert proc.returncode == 2 and "need --checkpoint DIR" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_reports_a_checkpoint_of_another_model_in_one_line(tmp_path):
+    code = ("import sys, numpy as np, tensorflow as tf; k = tf.keras; n = int(sys.argv[1]); "
+            "m = k.Sequential([k.Input((2,)), k.layers.Dense(n)]); m.compile('sgd', 'mse'); "
+            "m.fit(np.ones((4, 2)), np.ones((4, n)), epochs=1, verbose=0)")
+    folder = str(tmp_path / "ckpt")
+    assert run_tfrepro("run", "--checkpoint", folder, "--", sys.executable, "-c", code, "1").returncode == 0
+    proc = run_tfrepro("run", "--checkpoint", folder, "--", sys.executable, "-c", code, "2")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "tfrepro run --checkpoint: " in proc.stderr and "does not fit this training run" in proc.stderr
+    assert "model variable 0: checkpoint" in proc.stderr
