@@ -37,18 +37,30 @@ def record_fits(directory: str | Path, prefix: str = "fit", **callback_options: 
 def each_fit(add: Callable[[list[Any]], Any | None]) -> Iterator[None]:
     """While active, every ``Model.fit`` of the Keras in use calls ``add(callbacks)`` with the
     callbacks it was given, and appends the callback ``add`` returns (None: none)."""
-    model_class = _tf.keras_module().Model
-    original = model_class.fit
-    signature = inspect.signature(original)
 
-    @functools.wraps(original)
-    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(self, *args, **kwargs)
+    def handle(original: Callable[..., Any], bound: inspect.BoundArguments) -> Any:
         callbacks = list(bound.arguments.get("callbacks") or [])
         extra = add(callbacks)
         if extra is not None:
             bound.arguments["callbacks"] = [*callbacks, extra]
         return original(*bound.args, **bound.kwargs)
+
+    with intercept_fits(handle):
+        yield
+
+
+@contextlib.contextmanager
+def intercept_fits(handle: Callable[[Callable[..., Any], inspect.BoundArguments], Any]) -> Iterator[None]:
+    """While active, a ``Model.fit`` call of the Keras in use returns ``handle(original, bound)``:
+    ``bound`` holds the call's arguments by name (the model as ``self``), and
+    ``original(*bound.args, **bound.kwargs)`` trains."""
+    model_class = _tf.keras_module().Model
+    original = model_class.fit
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fit(*args: Any, **kwargs: Any) -> Any:
+        return handle(original, signature.bind(*args, **kwargs))
 
     model_class.fit = fit
     try:
