@@ -29,3 +29,19 @@ def median(values: list[float]) -> float:
 
 
 PYTHON = sys.executable
+
+
+def patched_mnist(limit: int):
+    """``tfrepro.patch(0)`` (its warnings silenced), then TensorFlow and the example's digits
+    (offline: the Keras MNIST cache or scikit-learn's digits), ``limit`` training images."""
+    import warnings
+
+    import tfrepro
+
+    warnings.simplefilter("ignore", tfrepro.ReproducibilityWarning)
+    tfrepro.patch(0)
+    import tensorflow as tf
+
+    from tfrepro.examples.datasets import load_mnist
+
+    return tfrepro, tf, load_mnist(allow_download=False, limit=limit)

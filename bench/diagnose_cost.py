@@ -17,7 +17,8 @@ import argparse
 import os
 import statistics
 import time
-import warnings
+
+from _common import patched_mnist
 
 
 def main() -> None:
@@ -27,17 +28,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=4096, help="training images (default 4096, the example's)")
     args = parser.parse_args()
 
-    import tfrepro
-
-    warnings.simplefilter("ignore", tfrepro.ReproducibilityWarning)
-    tfrepro.patch(0)
-    import tensorflow as tf
-
-    from tfrepro.examples.datasets import load_mnist
+    tfrepro, tf, data = patched_mnist(args.limit)
     from tfrepro.examples.mnist_cnn import build_model
 
     keras = tf.keras
-    data = load_mnist(allow_download=False, limit=args.limit)
     x, y = data.x_train, data.y_train
 
     def fresh():

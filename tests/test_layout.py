@@ -23,7 +23,7 @@ FLOORS = [
     {"determinism"},
     {"proof", "data"},
     {"testing", "launching"},
-    {"examples", "sweeps", "diagnosis"},
+    {"examples", "sweeps", "diagnosis", "checkpointing"},
     {"plotting"},
     {"cli"},
     {"__init__", "__main__"},

@@ -2,14 +2,16 @@
 
 Call ``tfrepro.patch(seed)`` before building the model, or run an unmodified script with
 ``tfrepro run --seed N -- python train.py``. Importing tfrepro never imports TensorFlow;
-``tfrepro.ReproducibilityCallback``, the ops in ``tfrepro.ops`` and ``tfrepro.layers`` do, on first use.
+``tfrepro.ReproducibilityCallback``, ``tfrepro.ReproCheckpoint``, the ops in ``tfrepro.ops`` and
+``tfrepro.layers`` do, on first use.
 
 The package is laid out by verb, lowest first (a module imports only from its own floor or below):
 ``_tf``, ``_files`` and ``errors`` (the ground floor), ``ops`` (deterministic ops, the table of ops
 without deterministic GPU kernels, Keras drop-ins), ``determinism`` (patch, switches, seeding,
 status), ``proof`` (fingerprints, traces, the callback, comparisons, verify) and ``data``
 (``map_with_seed``), ``launching`` (``tfrepro run``/``check``), ``examples``, ``sweeps`` (seed sweeps
-and their statistics) and ``diagnosis`` (``diagnose``, ``tfrepro doctor``), ``plotting``, ``cli``;
+and their statistics), ``diagnosis`` (``diagnose``, ``tfrepro doctor``) and ``checkpointing``
+(``ReproCheckpoint``, ``tfrepro run --checkpoint``), ``plotting``, ``cli``;
 ``testing`` sits on ``proof``.
 """
 
@@ -23,7 +25,7 @@ from tfrepro._version import __version__
 from tfrepro.determinism.patching import enable_determinism, patch, patched, unpatch
 from tfrepro.determinism.reporting import Report, Setting, status
 from tfrepro.determinism.seeding import derive_seed, rng_state, seed_everything, set_rng_state
-from tfrepro.errors import DivergenceError, NotComparableError, ReproducibilityWarning
+from tfrepro.errors import CheckpointError, DivergenceError, NotComparableError, ReproducibilityWarning
 from tfrepro.proof.comparison import Comparison, Divergence, compare
 from tfrepro.proof.environment_info import EnvDifference, environment, environment_diff
 from tfrepro.proof.fingerprints import fingerprint
@@ -31,6 +33,7 @@ from tfrepro.proof.traces import Trace, TraceError, read_trace
 from tfrepro.proof.verification import Verification, verify
 
 __all__ = [
+    "CheckpointError",
     "Comparison",
     "Divergence",
     "Diagnosis",
@@ -39,6 +42,7 @@ __all__ = [
     "Finding",
     "NotComparableError",
     "Report",
+    "ReproCheckpoint",
     "ReproducibilityCallback",
     "ReproducibilityWarning",
     "Setting",
@@ -98,6 +102,7 @@ layers = sys.modules.setdefault(f"{__name__}.layers", _ModuleAlias(f"{__name__}.
 # Names that load on first use: they import TensorFlow (and Keras), or NumPy, SciPy and matplotlib.
 _LAZY = {
     "ReproducibilityCallback": "tfrepro.proof.callback",
+    "ReproCheckpoint": "tfrepro.checkpointing.callback",
     "diagnose": "tfrepro.diagnosis.diagnosing",
     "Diagnosis": "tfrepro.diagnosis.findings",
     "Finding": "tfrepro.diagnosis.findings",

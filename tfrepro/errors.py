@@ -1,5 +1,7 @@
 """Exceptions and warning categories raised by tfrepro, and ``warn``, which names the user's line."""
 
+from __future__ import annotations
+
 import sys
 import warnings
 
@@ -31,6 +33,16 @@ class NotComparableError(ValueError):
 class LaunchError(ValueError):
     """A command cannot be launched as given (``tfrepro run``/``check``): a user error that the CLI
     reports in one line with exit code 2."""
+
+
+class CheckpointError(ValueError):
+    """A ``ReproCheckpoint`` cannot resume this run: the checkpoint comes from a different model,
+    optimizer or configuration (``.mismatch`` lists how), or the model's random layers keep state
+    that no checkpoint can hold."""
+
+    def __init__(self, message: str, mismatch: list[str] | None = None):
+        self.mismatch = list(mismatch or [])
+        super().__init__(message + "".join(f"\n  - {line}" for line in self.mismatch))
 
 
 # Frames of these packages are skipped when a warning names its line: the user's call site is the

@@ -70,8 +70,18 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops)
-    command = bootstrap_command(_command(args))
     env = config.to_env()
+    if args.checkpoint is None:
+        if args.checkpoint_every is not None or args.checkpoint_keep is not None:
+            raise LaunchError("--checkpoint-every and --checkpoint-keep need --checkpoint DIR")
+        command = bootstrap_command(_command(args))
+    else:
+        from tfrepro.checkpointing.resuming import CheckpointOptions
+
+        checkpoint = CheckpointOptions(args.checkpoint, args.checkpoint_every or "epoch",
+                                       3 if args.checkpoint_keep is None else args.checkpoint_keep)
+        command = bootstrap_command(_command(args), entry="tfrepro.checkpointing.resuming")
+        env.update(checkpoint.to_env())
     sys.stdout.flush()
     sys.stderr.flush()
     if os.name == "posix":
@@ -318,6 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run a Python command with PYTHONHASHSEED and the TF determinism "
                                      "variables set before the interpreter starts, and tfrepro.patch() "
                                      "applied before the script's first line. Exit code: the script's.")
+    run.add_argument("--checkpoint", metavar="DIR", default=None,
+                     help="give every Model.fit a tfrepro.ReproCheckpoint in DIR/fit-K: run the same command again "
+                          "after a crash and training resumes exactly where it stopped")
+    run.add_argument("--checkpoint-every", default=None, metavar="epoch|N",
+                     help="checkpoint at every epoch end (default) or every N batches")
+    run.add_argument("--checkpoint-keep", type=int, default=None, metavar="N", help="keep the newest N (default 3)")
     _add_launch_options(run)
     run.set_defaults(func=cmd_run, parser=run)
 

@@ -10,24 +10,23 @@ reads the diagnosis back; a script that fails or never calls ``fit`` is said so.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import json
 import logging
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfrepro import _tf
 from tfrepro._files import write_atomically
 from tfrepro.diagnosis.findings import Diagnosis
 from tfrepro.launching import bootstrap
 from tfrepro.launching.checking import RunOutcome, run_once
 from tfrepro.launching.command import bootstrap_command
 from tfrepro.launching.config import LaunchConfig
+from tfrepro.proof.fit_recording import intercept_fits
 
 REPORT = "diagnosis.json"
 _ENV = {"report": "TFREPRO_DOCTOR_REPORT", "repeats": "TFREPRO_DOCTOR_REPEATS",
@@ -67,17 +66,12 @@ def main(argv: list[str]) -> None:
 def _diagnose_first_fit(options: DoctorOptions) -> Iterator[None]:
     from tfrepro.diagnosis.diagnosing import diagnose
 
-    model_class = _tf.keras_module().Model
-    original = model_class.fit
-    signature = inspect.signature(original)
     done = []
 
-    @functools.wraps(original)
-    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def handle(original: Callable[..., Any], bound: inspect.BoundArguments) -> Any:
         if done:
-            return original(self, *args, **kwargs)
+            return original(*bound.args, **bound.kwargs)
         done.append(True)
-        bound = signature.bind(self, *args, **kwargs)
         given = bound.arguments
         x = given.get("x")
         if hasattr(x, "__next__") and not hasattr(x, "element_spec"):  # an iterator: fit gets back what we read
@@ -85,8 +79,9 @@ def _diagnose_first_fit(options: DoctorOptions) -> Iterator[None]:
             given["x"] = _rejoined(first, x)
             x = iter([first])
         try:
-            diagnosis = diagnose(self, x, given.get("y"), options.repeats, sample_weight=given.get("sample_weight"),
-                                 batch_size=given.get("batch_size"), tf_version=options.tf_version)
+            diagnosis = diagnose(given["self"], x, given.get("y"), options.repeats,
+                                 sample_weight=given.get("sample_weight"), batch_size=given.get("batch_size"),
+                                 tf_version=options.tf_version)
             payload: dict[str, Any] = {"diagnosis": diagnosis.to_dict()}
         except Exception as exc:  # reported to the parent, which exits 2 with it; the traceback goes to the log
             logging.getLogger(__name__).exception("tfrepro doctor: the diagnosis failed")
@@ -97,11 +92,8 @@ def _diagnose_first_fit(options: DoctorOptions) -> Iterator[None]:
             raise SystemExit(0)
         return original(*bound.args, **bound.kwargs)
 
-    model_class.fit = fit
-    try:
+    with intercept_fits(handle):
         yield
-    finally:
-        model_class.fit = original
 
 
 def _rejoined(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

@@ -1,6 +1,6 @@
-"""Attach a ``ReproducibilityCallback`` to every ``Model.fit`` call, for scripts that know nothing of it.
-
-Used by ``tfrepro check`` (through the launcher's bootstrap) and by ``tfrepro.verify``.
+"""Attach a callback to every ``Model.fit`` call, for scripts that know nothing of it: a
+``ReproducibilityCallback`` for ``tfrepro check`` (through the launcher's bootstrap) and
+``tfrepro.verify``, a ``ReproCheckpoint`` for ``tfrepro run --checkpoint``.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +21,49 @@ def record_fits(directory: str | Path, prefix: str = "fit", **callback_options: 
     (K = 0, 1, ... per fit call). Yields the list of trace paths, which grows as fits run."""
     from tfrepro.proof.callback import ReproducibilityCallback  # imports Keras: only when recording
 
-    model_class = _tf.keras_module().Model
-    original = model_class.fit
-    signature = inspect.signature(original)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
 
-    @functools.wraps(original)
-    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(self, *args, **kwargs)
-        path = directory / f"{prefix}-{len(paths)}.jsonl"
-        paths.append(path)
+    def add(callbacks: list[Any]) -> Any:
+        paths.append(directory / f"{prefix}-{len(paths)}.jsonl")
+        return ReproducibilityCallback(trace=paths[-1], **callback_options)
+
+    with each_fit(add):
+        yield paths
+
+
+@contextlib.contextmanager
+def each_fit(add: Callable[[list[Any]], Any | None]) -> Iterator[None]:
+    """While active, every ``Model.fit`` of the Keras in use calls ``add(callbacks)`` with the
+    callbacks it was given, and appends the callback ``add`` returns (None: none)."""
+
+    def handle(original: Callable[..., Any], bound: inspect.BoundArguments) -> Any:
         callbacks = list(bound.arguments.get("callbacks") or [])
-        bound.arguments["callbacks"] = [*callbacks, ReproducibilityCallback(trace=path, **callback_options)]
+        extra = add(callbacks)
+        if extra is not None:
+            bound.arguments["callbacks"] = [*callbacks, extra]
         return original(*bound.args, **bound.kwargs)
+
+    with intercept_fits(handle):
+        yield
+
+
+@contextlib.contextmanager
+def intercept_fits(handle: Callable[[Callable[..., Any], inspect.BoundArguments], Any]) -> Iterator[None]:
+    """While active, a ``Model.fit`` call of the Keras in use returns ``handle(original, bound)``:
+    ``bound`` holds the call's arguments by name (the model as ``self``), and
+    ``original(*bound.args, **bound.kwargs)`` trains."""
+    model_class = _tf.keras_module().Model
+    original = model_class.fit
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fit(*args: Any, **kwargs: Any) -> Any:
+        return handle(original, signature.bind(*args, **kwargs))
 
     model_class.fit = fit
     try:
-        yield paths
+        yield
     finally:
         model_class.fit = original

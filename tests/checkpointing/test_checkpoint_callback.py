@@ -1,0 +1,190 @@
+"""ReproCheckpoint in one process: arguments, mismatch errors, callback state, ended runs, the CLI."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+import tfrepro
+from conftest import run_tfrepro
+from tfrepro.checkpointing import storage
+
+pytestmark = pytest.mark.keras
+
+
+def dataset(tf, batch_size=8):
+    x = np.linspace(0, 1, 64 * 4, dtype="float32").reshape(64, 4)
+    y = (x.sum(axis=1) > 2).astype("int64")
+    return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=3).batch(batch_size)
+
+
+def model(keras, units=8, **compile_options):
+    built = keras.Sequential([keras.Input((4,)), keras.layers.Dense(units, activation="relu"), keras.layers.Dense(2)])
+    built.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
+                  **compile_options)
+    return built
+
+
+def weights_bytes(trained):
+    return [np.asarray(w.numpy()).tobytes() for w in trained.weights]
+
+
+# Resumed in the same process from a middle checkpoint; the model has no random layer, so the
+# resumed run must end on the uninterrupted one's bits. Each variant once broke a first version.
+VARIANTS = {
+    "steps_per_execution=3 (a short last execution)": ({"steps_per_execution": 3}, {}, 4, None),
+    "validation each epoch": ({}, {"validation": True}, "epoch", None),
+    "ReduceLROnPlateau listed after the checkpoint": ({}, {}, "epoch", "plateau"),
+    "LearningRateScheduler on the current rate, mid-epoch": ({}, {}, 3, "schedule"),
+    "every divides the steps per epoch": ({}, {}, 4, None),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_resuming_in_process_ends_on_the_uninterrupted_bits(tmp_path, keras, variant):
+    import tensorflow as tf
+
+    compile_options, fit_options, every, extra = VARIANTS[variant]
+
+    def run(folder):
+        after = []
+        if extra == "plateau":
+            after = [keras.callbacks.ReduceLROnPlateau(monitor="loss", min_delta=10.0, patience=1, factor=0.5)]
+        before = [keras.callbacks.LearningRateScheduler(lambda epoch, rate: rate * 0.5)] if extra == "schedule" else []
+        trained = model(keras, **compile_options)
+        validation = dataset(tf) if fit_options.get("validation") else None
+        trained.fit(dataset(tf), epochs=4, verbose=0, validation_data=validation,
+                    callbacks=[*before, tfrepro.ReproCheckpoint(folder, every=every, keep=20), *after])
+        return trained, after
+
+    whole, after_whole = run(tmp_path / "whole")
+    saved = storage.list_checkpoints(tmp_path / "whole")
+    middle = saved[len(saved) // 2 - 1]
+    shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
+    for newer in storage.list_checkpoints(tmp_path / "resumed")[len(saved) // 2:]:
+        newer.unlink()
+    resumed, after_resumed = run(tmp_path / "resumed")
+    assert weights_bytes(resumed) == weights_bytes(whole), f"resumed from {middle.name}"
+    assert float(resumed.optimizer.learning_rate.numpy()) == float(whole.optimizer.learning_rate.numpy())
+    assert [(c.wait, c.best) for c in after_resumed] == [(c.wait, c.best) for c in after_whole]
+    if every == 4 and not compile_options:  # 8 batches an epoch: a save on its last batch lands at the next start
+        assert all(name.name.endswith("-b00000000.npz") or "-b00000004" in name.name for name in saved)
+
+
+def test_a_fit_that_raised_leaves_no_checkpointing_behind(tmp_path, keras):
+    import tensorflow as tf
+
+    class Fail(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("crash")
+
+    trained = model(keras)
+    with pytest.raises(RuntimeError, match="crash"):
+        trained.fit(dataset(tf), epochs=3, verbose=0, callbacks=[tfrepro.ReproCheckpoint(tmp_path), Fail()])
+    before = int(trained.optimizer.iterations.numpy())
+    trained.fit(dataset(tf), epochs=1, verbose=0)  # no ReproCheckpoint: a plain epoch of 8 batches
+    assert int(trained.optimizer.iterations.numpy()) == before + 8
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"directory": 3}, TypeError),
+    ({"every": 0}, ValueError),
+    ({"every": True}, ValueError),
+    ({"every": "batch"}, ValueError),
+    ({"keep": 0}, ValueError),
+])
+def test_bad_arguments_are_refused_in_init(tmp_path, keras, kwargs, error):
+    with pytest.raises(error):
+        tfrepro.ReproCheckpoint(**{"directory": tmp_path, **kwargs})
+
+
+def test_a_checkpoint_of_another_model_or_configuration_lists_the_mismatch(tmp_path, keras):
+    import tensorflow as tf
+
+    model(keras).fit(dataset(tf), epochs=1, verbose=0, callbacks=[tfrepro.ReproCheckpoint(tmp_path)])
+    with pytest.raises(tfrepro.CheckpointError) as caught:
+        model(keras, units=9).fit(dataset(tf), epochs=2, verbose=0, callbacks=[tfrepro.ReproCheckpoint(tmp_path)])
+    assert any("model variable 0" in line and "[4, 8]" in line and "[4, 9]" in line for line in caught.value.mismatch)
+    with pytest.raises(tfrepro.CheckpointError, match="steps per epoch: checkpoint 8, this run 4"):
+        model(keras).fit(dataset(tf, 16), epochs=2, verbose=0, callbacks=[tfrepro.ReproCheckpoint(tmp_path)])
+
+
+def test_callback_state_is_restored_and_an_ended_run_trains_nothing(tmp_path, keras):
+    import tensorflow as tf
+
+    def run(folder):
+        watched = [keras.callbacks.ReduceLROnPlateau(monitor="loss", min_delta=10.0, patience=10),
+                   keras.callbacks.EarlyStopping(monitor="loss", min_delta=10.0, patience=10)]
+        trained = model(keras)
+        trained.fit(dataset(tf), epochs=4, verbose=0, callbacks=[*watched, tfrepro.ReproCheckpoint(folder)])
+        return trained, watched
+
+    whole, watched_whole = run(tmp_path / "whole")
+    assert min(c.wait for c in watched_whole) >= 3  # no epoch improves by 10: both count up
+    shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
+    for newer in storage.list_checkpoints(tmp_path / "resumed")[-2:]:  # back to the end of epoch 2
+        newer.unlink()
+    resumed, watched_resumed = run(tmp_path / "resumed")
+    assert [(c.wait, c.best) for c in watched_resumed] == [(c.wait, c.best) for c in watched_whole]
+    assert watched_resumed[1].best_epoch == watched_whole[1].best_epoch
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(resumed.weights, whole.weights))
+
+    again, _ = run(tmp_path / "resumed")  # the run ended: resuming it trains nothing, and restores it
+    assert int(again.optimizer.iterations.numpy()) == int(whole.optimizer.iterations.numpy()) == 32
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(again.weights, whole.weights))
+
+
+def test_keras2_layers_with_kernel_held_random_state_are_refused(tmp_path, keras):
+    import tensorflow as tf
+
+    if keras.__name__ == "keras" and keras.__version__.startswith("3"):
+        pytest.skip("Keras 3 layers keep their seeds in variables")
+    experimental = keras.backend.experimental
+    enabled = experimental.is_tf_random_generator_enabled()
+    experimental.disable_tf_random_generator()
+    try:
+        dropout = keras.Sequential([keras.Input((4,)), keras.layers.Dropout(0.5), keras.layers.Dense(2)])
+        dropout.compile(optimizer="sgd", loss="mse")
+        with pytest.raises(tfrepro.CheckpointError, match="enable_tf_random_generator"):
+            dropout.fit(dataset(tf), epochs=1, verbose=0, callbacks=[tfrepro.ReproCheckpoint(tmp_path)])
+    finally:
+        if enabled:
+            experimental.enable_tf_random_generator()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--checkpoint-every", "0"], "--checkpoint-every must be"),
+    (["--checkpoint-every", "often"], "--checkpoint-every must be"),
+    (["--checkpoint-keep", "0"], "--checkpoint-keep must be a positive integer"),
+])
+def test_cli_refuses_bad_checkpoint_options_in_one_line(tmp_path, flags, message):
+    proc = run_tfrepro("run", "--checkpoint", str(tmp_path), *flags, "--", "python", "-c", "pass")
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_cli_refuses_a_file_as_the_checkpoint_folder(tmp_path):
+    (tmp_path / "file").write_text("x")
+    proc = run_tfrepro("run", "--checkpoint", str(tmp_path / "file"), "--", "python", "-c", "pass")
+    assert proc.returncode == 2 and "must name a folder" in proc.stderr
+
+
+def test_cli_refuses_checkpoint_options_without_a_folder():
+    proc = run_tfrepro("run", "--checkpoint-every", "5", "--", "python", "-c", "pass")
+    assert proc.returncode == 2 and "need --checkpoint DIR" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_reports_a_checkpoint_of_another_model_in_one_line(tmp_path):
+    code = ("import sys, numpy as np, tensorflow as tf; k = tf.keras; n = int(sys.argv[1]); "
+            "m = k.Sequential([k.Input((2,)), k.layers.Dense(n)]); m.compile('sgd', 'mse'); "
+            "m.fit(np.ones((4, 2)), np.ones((4, n)), epochs=1, verbose=0)")
+    folder = str(tmp_path / "ckpt")
+    assert run_tfrepro("run", "--checkpoint", folder, "--", sys.executable, "-c", code, "1").returncode == 0
+    proc = run_tfrepro("run", "--checkpoint", folder, "--", sys.executable, "-c", code, "2")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "tfrepro run --checkpoint: " in proc.stderr and "does not fit this training run" in proc.stderr
+    assert "model variable 0: checkpoint" in proc.stderr

@@ -1,0 +1,99 @@
+"""Exact resume, in fresh processes: train 4 epochs uninterrupted; separately, kill the run with
+SIGKILL and start it again. The final weights and the per-batch traces from the resume point on are
+bitwise identical. The model has Dropout, its tf.data input reshuffles every epoch, and a
+``map_with_seed`` augmentation draws stateless noise per element (tests/scripts/resume_train.py).
+Negative control: Keras's own BackupAndRestore, in the same experiment, ends elsewhere."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+import pytest
+
+from conftest import SCRIPTS, clean_env, run_python, run_tfrepro
+
+pytestmark = [pytest.mark.keras, pytest.mark.slow]
+SCRIPT = str(SCRIPTS / "resume_train.py")
+KILLED = -signal.SIGKILL
+
+
+def train(tmp_path, name, *args, expect=0, tfrepro_run=None):
+    weights = tmp_path / f"{name}.npy"
+    if tfrepro_run is None:
+        proc = run_python(SCRIPT, "--weights", str(weights), *args, env=clean_env(PYTHONHASHSEED="7"))
+    else:
+        proc = run_tfrepro("run", "--seed", "7", *tfrepro_run, "--", sys.executable, SCRIPT, "--weights",
+                           str(weights), *args)
+    assert proc.returncode == expect, proc.stderr[-3000:]
+    return weights.read_bytes() if expect == 0 else None
+
+
+def records(path):
+    """The batch records of a trace, by (epoch, batch), without the per-fit step counter."""
+    found = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if record["type"] == "batch":
+            found[(record["epoch"], record["batch"])] = {k: v for k, v in record.items() if k != "step"}
+    return found
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The 4-epoch run without interruption: its weights and its trace."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    weights = train(folder, "full", "--checkpoint", str(folder / "ckpt"), "--trace", str(folder / "full.jsonl"))
+    return weights, records(folder / "full.jsonl")
+
+
+def resume_and_compare(tmp_path, uninterrupted, kill_args, resume_args, first_resumed):
+    full_weights, full_records = uninterrupted
+    if kill_args is not None:
+        train(tmp_path, "killed", *kill_args, expect=KILLED)
+    weights = train(tmp_path, "resumed", *resume_args, "--trace", str(tmp_path / "resumed.jsonl"))
+    assert weights == full_weights  # the raw bytes of every weight
+    resumed = records(tmp_path / "resumed.jsonl")
+    assert min(resumed) == first_resumed  # the trace starts at the resume point: nothing before was trained
+    assert len(resumed) == len([k for k in full_records if k >= first_resumed])
+    for key, record in resumed.items():
+        assert record == full_records[key], key  # exact loss and metric bits, weight fingerprints
+
+
+@pytest.mark.core
+def test_resume_after_sigkill_between_epochs_is_bitwise(tmp_path, uninterrupted):
+    ckpt = str(tmp_path / "ckpt")
+    resume_and_compare(tmp_path, uninterrupted, ["--checkpoint", ckpt, "--kill-at", "2,1"], ["--checkpoint", ckpt],
+                       first_resumed=(2, 0))
+
+
+def test_resume_mid_epoch_is_bitwise(tmp_path, uninterrupted):
+    ckpt = str(tmp_path / "ckpt")
+    resume_and_compare(tmp_path, uninterrupted, ["--checkpoint", ckpt, "--every", "7", "--kill-at", "1,4"],
+                       ["--checkpoint", ckpt, "--every", "7"], first_resumed=(1, 4))
+
+
+def test_sigkill_during_a_checkpoint_write_resumes_from_the_one_before(tmp_path, uninterrupted):
+    ckpt = tmp_path / "ckpt"
+    # The 3rd file (after epoch 3) dies after its bytes, before its rename: epoch 2's is the newest whole one.
+    train(tmp_path, "killed", "--checkpoint", str(ckpt), "--kill-in-write", "3", expect=KILLED)
+    assert sorted(p.name for p in ckpt.glob("ckpt-*")) == ["ckpt-e000001-b00000000.npz", "ckpt-e000002-b00000000.npz"]
+    assert len(list(ckpt.glob(".ckpt-e000003-b00000000.npz.*.tmp"))) == 1  # the half-made file, never read
+    resume_and_compare(tmp_path, uninterrupted, None, ["--checkpoint", str(ckpt)], first_resumed=(2, 0))
+    assert not list(ckpt.glob(".*.tmp"))  # cleaned up by the next save
+
+
+def test_unmodified_script_under_tfrepro_run_checkpoint_resumes_exactly(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    full = train(tmp_path, "full", "--plain", tfrepro_run=["--checkpoint", str(tmp_path / "full-ckpt")])
+    train(tmp_path, "killed", "--plain", "--kill-at", "2,3", expect=KILLED, tfrepro_run=["--checkpoint", ckpt])
+    assert (tmp_path / "ckpt" / "fit-0" / "ckpt-e000002-b00000000.npz").is_file()
+    assert train(tmp_path, "resumed", "--plain", tfrepro_run=["--checkpoint", ckpt]) == full
+
+
+def test_negative_control_backup_and_restore_alone_ends_elsewhere(tmp_path, uninterrupted):
+    backup = str(tmp_path / "backup")
+    train(tmp_path, "killed", "--backup", backup, "--kill-at", "2,1", expect=KILLED)
+    weights = train(tmp_path, "resumed", "--backup", backup)
+    assert weights != uninterrupted[0]

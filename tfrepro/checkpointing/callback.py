@@ -1,0 +1,392 @@
+"""``ReproCheckpoint``: checkpoints from which training resumes exactly as if never interrupted.
+
+Importing this module imports TensorFlow and the Keras that ``tf.keras`` resolves to.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tfrepro import _tf
+from tfrepro._version import __version__
+from tfrepro.checkpointing import callback_states, model_state, storage
+from tfrepro.determinism import seeding, state
+from tfrepro.errors import CheckpointError, warn
+
+keras = _tf.keras_module()
+log = logging.getLogger("tfrepro")
+_KERAS3 = _tf.keras_major(keras) >= 3
+
+
+class ReproCheckpoint(keras.callbacks.Callback):
+    """Checkpoints training so that a run that is killed and started again ends bit for bit where
+    the uninterrupted run ends.
+
+    When ``fit`` starts it resumes from the newest complete checkpoint in ``directory``, if there is
+    one, and otherwise starts afresh. It saves:
+
+    - every variable of the model (Keras 3 SeedGenerator states included), the optimizer (slots,
+      ``iterations``, learning rate) and the metrics' running totals;
+    - each Keras 2 random layer's ``tf.random.Generator``;
+    - ``tfrepro.rng_state()``: Python, NumPy, TF's global Generator, Keras's global generators;
+    - the epoch and batch, and the state of ``ReduceLROnPlateau``, ``EarlyStopping`` and
+      ``ModelCheckpoint`` (``tfrepro.checkpointing.callback_states`` says what is not restored).
+
+    It saves at the end of every epoch (``every="epoch"``) or after every ``every`` batches (a save
+    that falls on an epoch's last batch waits for the epoch's end), after the other callbacks of
+    the same hook, and when a callback stops ``fit``. Files are written atomically and hold no
+    pickles; the newest ``keep`` stay. A checkpoint from a different model, optimizer, steps per
+    epoch, ``steps_per_execution`` or ``tfrepro.patch`` seed raises ``tfrepro.CheckpointError``
+    listing the difference; another Keras or TensorFlow version warns.
+
+    **The input position is restored by replay.** On resume, ``fit`` starts from its first batch as
+    usual, and every batch before the checkpoint's is drawn from the input and dropped, untrained,
+    with the other callbacks set aside; they rejoin at the checkpoint's batch, their state restored.
+    So the input goes on exactly where it was, whatever it is: ``tf.data`` with per-epoch shuffles
+    and ``Dataset.random`` streams (whose epoch counters TF's own iterator checkpoints do not carry
+    reliably), NumPy arrays shuffled by ``fit``, generators. It costs the input pipeline's time for
+    the batches replayed, and the validation of the epochs replayed; no training step runs twice.
+
+    Args:
+        directory: where the checkpoints live (created if needed). One folder per ``fit``.
+        every: "epoch", or a positive number of batches.
+        keep: how many checkpoints to keep (>= 1).
+
+    Limits: Keras 2 random layers must draw from ``tf.random.Generator``s (call
+    ``tf.keras.backend.experimental.enable_tf_random_generator()`` before building the model;
+    ``tfrepro run --checkpoint`` does); TF's default ones keep their state in kernels no checkpoint
+    can read. The input must yield the same batches in a new process (seeded: ``tfrepro.patch``).
+    A run that ended goes on only if ``fit`` asks for more epochs; one that a callback stopped is not
+    extended. Not tested under ``tf.distribute`` strategies.
+
+    Example:
+
+    >>> import tempfile, numpy as np, tensorflow as tf, tfrepro
+    >>> model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+    >>> model.compile(optimizer="sgd", loss="mse")
+    >>> folder = tempfile.mkdtemp()
+    >>> data = tf.data.Dataset.from_tensor_slices((np.ones((8, 2)), np.ones((8, 1)))).batch(4)
+    >>> _ = model.fit(data, epochs=2, verbose=0, callbacks=[tfrepro.ReproCheckpoint(folder)])
+    >>> [p.name for p in tfrepro.ReproCheckpoint(folder).checkpoints()]
+    ['ckpt-e000001-b00000000.npz', 'ckpt-e000002-b00000000.npz']
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], every: str | int = "epoch", keep: int = 3):
+        super().__init__()
+        if not isinstance(directory, (str, os.PathLike)):
+            raise TypeError(f"directory must be a path; got {type(directory).__name__}")
+        if not (every == "epoch" or (isinstance(every, int) and not isinstance(every, bool) and every >= 1)):
+            raise ValueError(f'every must be "epoch" or a positive number of batches; got {every!r}')
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be a positive int; got {keep!r}")
+        self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ValueError(f"directory is a file: {self.directory}")
+        self.every = every
+        self.keep = keep
+        self.restored_from: Path | None = None
+        self._run: _Run | None = None
+
+    def checkpoints(self) -> list[Path]:
+        """The complete checkpoints in ``directory``, oldest first."""
+        return storage.list_checkpoints(self.directory)
+
+    # Keras hooks ---------------------------------------------------------------------------------
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.restored_from = None
+        self._run = _Run(self, _fit_callbacks(self))
+        self._run.begin()
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        if self._run is not None:
+            self._run.epoch_begin(epoch)
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if self._run is not None:
+            self._run.batch_begin(batch)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self._run is not None:
+            self._run.batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if self._run is not None:
+            self._run.epoch_end(epoch)
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if self._run is not None:
+            self._run.end()
+            self._run = None
+
+
+def _fit_callbacks(callback: Any) -> list[Any] | None:
+    """The list of callbacks of the ``fit`` that calls ``callback``: the ``CallbackList`` calling its
+    hook holds it (Keras gives a callback no other way to see the others). None if not found."""
+    frame = sys._getframe(1)
+    for _ in range(6):
+        if frame is None:
+            break
+        listed = getattr(frame.f_locals.get("self"), "callbacks", None)
+        if isinstance(listed, list) and any(c is callback for c in listed):
+            return listed
+        frame = frame.f_back
+    return None
+
+
+class _Run:
+    """One ``fit`` under a ``ReproCheckpoint``: replays to the checkpoint, then counts and saves."""
+
+    def __init__(self, owner: ReproCheckpoint, fit_callbacks: list[Any] | None):
+        self.owner = owner
+        self.model = owner.model
+        self.history = getattr(self.model, "history", None)  # Keras gives every fit a new one
+        if fit_callbacks is None:
+            warn("ReproCheckpoint cannot see the other callbacks of this fit: their state is neither saved nor "
+                 "restored, and they see the batches a resume replays")
+            fit_callbacks = [owner]
+        self.fit_callbacks = fit_callbacks  # Keras's own list: the others leave it during a replay
+        self.others = [c for c in fit_callbacks if c is not owner]
+        self.stored: storage.Stored | None = None
+        self.epoch = self.batch = self.trained = 0
+        self.target: tuple[int, int] = (0, 0)  # the first batch to train; the ones before are replayed
+        self.first_call: tuple[int, int] | None = None
+        self.finished = self.rng_pending = self.rest_pending = False
+        self.metrics_built = False
+        self.save_at_epoch_end = False
+        self.saved_since_last_batch = True
+        self.last_logs: dict[str, float] = {}
+        self.original_train_function: Any = None
+
+    # fit begins ----------------------------------------------------------------------------------
+    def begin(self) -> None:
+        legacy = model_state.keras2_legacy_random_layers(self.model)
+        if legacy:
+            raise CheckpointError(
+                "ReproCheckpoint cannot save the random state of these Keras 2 layers: TF keeps it inside "
+                "its kernels. Call tf.keras.backend.experimental.enable_tf_random_generator() before "
+                "building the model (`tfrepro run --checkpoint` does)", [", ".join(legacy)])
+        self.stored = storage.latest(self.owner.directory)
+        if self.stored is not None:
+            self._resume(self.stored)
+        train_function = self.model.train_function
+        while isinstance(getattr(train_function, "__self__", None), _Run):  # left by a fit that raised
+            train_function = train_function.__self__.original_train_function
+        self.original_train_function = train_function
+        self.model.train_function = self._train_function
+
+    def _resume(self, stored: storage.Stored) -> None:
+        manifest = stored.manifest
+        model_state.build_optimizer(self.model)
+        slots = model_state.slots(self.model)
+        problems = _environment_mismatch(manifest, self.model, self.owner.params)
+        problems += model_state.mismatch(manifest["variables"], slots, ("model", "generators", "optimizer"))
+        if problems:
+            raise CheckpointError(f"{stored.path} does not fit this training run", problems)
+        self._assign(slots, ("model", "generators", "optimizer"))
+        self.target = (stored.epoch, stored.batch)
+        self.trained = int(manifest["position"]["trained"])
+        self.last_logs = dict(manifest["logs"])
+        self.finished = manifest["stopped"] or stored.epoch >= self.owner.params["epochs"]
+        if self.finished:
+            seeding.set_rng_state(manifest["rng"])  # as the run left them, for what the script does next
+        else:
+            self.rng_pending = self.rest_pending = True
+        self.owner.restored_from = stored.path
+        log.info("tfrepro: resuming from %s (epoch %d, batch %d)", stored.path, *self.target)
+
+    def _assign(self, slots: list[model_state.Slot], groups: tuple[str, ...]) -> None:
+        for index, slot in enumerate(slots):
+            if slot.group in groups:
+                slot.variable.assign(_saved_value(self.stored, index))
+
+    # during fit ----------------------------------------------------------------------------------
+    @property
+    def replaying(self) -> bool:
+        return (self.epoch, self.batch) < self.target
+
+    def epoch_begin(self, epoch: int) -> None:
+        self.epoch, self.batch = epoch, 0
+
+    def batch_begin(self, batch: int) -> None:
+        self.batch = batch
+
+    def batch_end(self, batch: int, logs: dict | None) -> None:
+        steps = self.owner.params.get("steps")
+        end = batch + 1 if not steps else min(batch + 1, steps)  # Keras 3 overshoots a short last execution
+        if self.replaying:
+            if (self.epoch, end) == self.target:
+                self._restore_rngs()  # where the checkpoint took them
+            return
+        done = end - self.batch
+        self.batch = end
+        self.trained += done
+        self.last_logs = {k: float(v) for k, v in (logs or {}).items() if _is_number(v)}
+        self.saved_since_last_batch = False
+        every = self.owner.every
+        if every != "epoch" and self.trained // every != (self.trained - done) // every:
+            if end == steps:
+                self.save_at_epoch_end = True  # at (epoch + 1, 0), after the epoch's end hooks
+            else:
+                self._save()
+
+    def epoch_end(self, epoch: int) -> None:
+        if self.replaying:
+            if (epoch + 1, 0) == self.target:
+                self._restore_rngs()
+            return
+        self.epoch, self.batch = epoch + 1, 0
+        if self.owner.every == "epoch" or self.save_at_epoch_end:
+            self.save_at_epoch_end = False
+            self._save()
+
+    def _train_function(self, iterator: Any) -> Any:
+        if self.owner._run is not self or getattr(self.model, "history", None) is not self.history:
+            return self.original_train_function(iterator)  # left by a fit that raised: not ours
+        if self.first_call is None:
+            self.first_call = (self.epoch, self.batch)
+            # Last in Keras's list, so that a save sees the other callbacks' state after the same hook;
+            # alone in it while batches are replayed or a finished run is passed through.
+            self.fit_callbacks[:] = [self.owner] if self.replaying or self.finished else [*self.others, self.owner]
+        if self.finished:  # the checkpointed run had ended: train nothing
+            self.model.stop_training = True
+            self._draw(iterator, 1)  # Keras reads the metrics at the epoch's end: build them
+            return dict(self.last_logs)
+        if self.replaying:  # draw the batches the checkpointed run drew, and train none
+            steps = self.owner.params.get("steps")
+            spe = _steps_per_execution(self.model)
+            self._draw(iterator, spe if not steps else min(spe, steps - self.batch))
+            return dict(self.last_logs)
+        if self.rest_pending:
+            self._rejoin()
+        return self.original_train_function(iterator)
+
+    def _draw(self, iterator: Any, count: int) -> None:
+        for _ in range(count):
+            batch = next(iterator)
+            if not self.metrics_built:
+                self._build_metrics(batch)
+
+    def _build_metrics(self, batch: Any) -> None:
+        """Build the compiled metrics (Keras builds them in the first training step, which a replay
+        does not run) on one batch in inference mode, which draws no random number, then reset them."""
+        self.metrics_built = True
+        x, y, sample_weight = (*batch, None, None)[:3] if isinstance(batch, tuple) else (batch, None, None)
+        try:
+            y_pred = self.model(x, training=False)
+            self.model.compute_loss(x, y, y_pred, sample_weight)  # Keras 2 builds its loss tracker here
+            self.model.compute_metrics(x, y, y_pred, sample_weight)
+        except Exception as exc:  # a model whose train_step computes its own (a GAN, y=None)
+            warn(f"could not build the metrics on a replayed batch ({type(exc).__name__}: {exc}); their running "
+                 "means may restart at the resumed batch, the weights are unaffected")
+        self.model.reset_metrics()
+
+    def _restore_rngs(self) -> None:
+        self.rng_pending = False
+        seeding.set_rng_state(self.stored.manifest["rng"])
+
+    def _rejoin(self) -> None:
+        """At the checkpoint's batch: the metrics' running totals, the other callbacks and their state."""
+        self.rest_pending = False
+        if self.rng_pending:  # nothing was replayed
+            self._restore_rngs()
+        slots = model_state.slots(self.model)
+        if self.batch > 0:  # mid-epoch: the epoch's running totals (at batch 0 Keras has just reset them)
+            if model_state.mismatch(self.stored.manifest["variables"], slots, ("metrics",)):
+                warn("the metrics differ from the checkpoint's: their running means restart at the resumed "
+                     "batch; the weights are unaffected")
+            else:
+                self._assign(slots, ("metrics",))
+        unmatched = callback_states.restore(self.others, self.stored.manifest["callbacks"], self.stored.members)
+        if unmatched:
+            warn(f"not restored, as this fit has no such callback at that place: {', '.join(unmatched)}")
+        self.fit_callbacks[:] = [*self.others, self.owner]
+        # The hooks the others missed, since the first batch they saw was replayed. At an epoch's start
+        # the optimizer (its learning rate) is as saved before on_epoch_begin runs, as in the saving
+        # run; mid-epoch the saved one already includes what on_epoch_begin did to it.
+        if self.batch == 0:
+            self._assign(slots, ("optimizer",))
+        for callback in self.others:
+            if self.epoch != self.first_call[0]:
+                callback.on_epoch_begin(self.epoch)
+            if (self.epoch, self.batch) != self.first_call:
+                callback.on_train_batch_begin(self.batch)
+        if self.batch > 0:
+            self._assign(slots, ("optimizer",))
+
+    # saving ---------------------------------------------------------------------------------------
+    def _save(self, stopped: bool = False) -> None:
+        slots = model_state.slots(self.model)
+        entries, members = callback_states.save(self.others)
+        members.update({f"variable/{i}": storage.array_bytes(v) for i, v in enumerate(model_state.values(slots))})
+        manifest = {
+            "format": storage.FORMAT,
+            "tfrepro": __version__,
+            "environment": _environment(self.model, self.owner.params),
+            "position": {"epoch": self.epoch, "batch": self.batch, "trained": self.trained},
+            "variables": [slot.describe() for slot in slots],
+            "rng": seeding.rng_state(),
+            "callbacks": entries,
+            "logs": self.last_logs,
+            "stopped": stopped,
+            "members": sorted(members),
+        }
+        path = storage.write(self.owner.directory, manifest, members, self.owner.keep)
+        self.saved_since_last_batch = True
+        log.info("tfrepro: checkpoint %s", path)
+
+    def end(self) -> None:
+        if self.model.train_function == self._train_function:
+            self.model.train_function = self.original_train_function
+        # First, so that Keras's loop over its list, now at this callback, goes on to all the others.
+        self.fit_callbacks[:] = [self.owner, *self.others]
+        if self.first_call is None or self.finished:
+            return
+        if self.model.stop_training or not self.saved_since_last_batch:
+            self._save(stopped=bool(self.model.stop_training))
+
+
+# helpers ------------------------------------------------------------------------------------------
+def _saved_value(stored: storage.Stored, index: int) -> Any:
+    entry = stored.manifest["variables"][index]
+    tf = _tf.import_tf()
+    dtype = tf.as_dtype(entry["dtype"]).as_numpy_dtype
+    return storage.array_from(stored.members[f"variable/{index}"], dtype, entry["shape"])
+
+
+def _steps_per_execution(model: Any) -> int:
+    value = getattr(model, "steps_per_execution", None) if _KERAS3 else getattr(model, "_steps_per_execution", None)
+    return 1 if value is None else int(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _environment(model: Any, params: dict[str, Any]) -> dict[str, Any]:
+    tf = _tf.import_tf()
+    return {"keras": keras.__name__, "keras_version": keras.__version__, "tensorflow": tf.__version__,
+            "model": type(model).__name__, "optimizer": type(model.optimizer).__name__,
+            "steps_per_epoch": params.get("steps"), "steps_per_execution": _steps_per_execution(model),
+            "seed": state.active_seed()}
+
+
+def _environment_mismatch(manifest: dict[str, Any], model: Any, params: dict[str, Any]) -> list[str]:
+    """What makes the checkpoint unusable here (a list of lines); warns of what may change bits."""
+    saved, here = manifest["environment"], _environment(model, params)
+    problems = []
+    for key in ("keras", "model", "optimizer", "steps_per_epoch", "steps_per_execution", "seed"):
+        if saved.get(key) != here[key] and not (key == "steps_per_epoch" and None in (saved.get(key), here[key])):
+            problems.append(f"{key.replace('_', ' ')}: checkpoint {saved.get(key)!r}, this run {here[key]!r}")
+    for key, name in (("tensorflow", "TensorFlow"), ("keras_version", "Keras")):
+        if saved.get(key) != here[key]:
+            warn(f"the checkpoint was taken under {name} {saved.get(key)}, this is {here[key]}: kernels may differ, "
+                 "and so may the bits")
+    return problems
