@@ -41,7 +41,26 @@ VARIANTS = {
     "ReduceLROnPlateau listed after the checkpoint": ({}, {}, "epoch", "plateau"),
     "LearningRateScheduler on the current rate, mid-epoch": ({}, {}, 3, "schedule"),
     "every divides the steps per epoch": ({}, {}, 4, None),
+    "NumPy arrays shuffled by fit": ({}, {"input": "numpy"}, 3, None),
+    "a Python generator": ({}, {"input": "generator"}, 3, None),
 }
+
+
+def inputs(tf, kind):
+    """What fit is given: a tf.data pipeline reshuffled each epoch, arrays for fit to shuffle, or an
+    endless generator of batches drawn from a seeded NumPy generator (with steps_per_epoch)."""
+    x = np.linspace(0, 1, 64 * 4, dtype="float32").reshape(64, 4)
+    y = (x.sum(axis=1) > 2).astype("int64")
+    if kind == "numpy":
+        return {"x": x, "y": y, "batch_size": 8, "shuffle": True}
+    if kind == "generator":
+        def batches():
+            rng = np.random.default_rng(5)
+            while True:
+                pick = rng.choice(64, 8, replace=False)
+                yield x[pick], y[pick]
+        return {"x": batches(), "steps_per_epoch": 8}
+    return {"x": tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=3, reshuffle_each_iteration=True).batch(8)}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -57,8 +76,9 @@ def test_resuming_in_process_ends_on_the_uninterrupted_bits(tmp_path, keras, var
         before = [keras.callbacks.LearningRateScheduler(lambda epoch, rate: rate * 0.5)] if extra == "schedule" else []
         trained = model(keras, **compile_options)
         validation = dataset(tf) if fit_options.get("validation") else None
-        trained.fit(dataset(tf), epochs=4, verbose=0, validation_data=validation,
-                    callbacks=[*before, tfrepro.ReproCheckpoint(folder, every=every, keep=20), *after])
+        with tfrepro.patched(3):  # the same TF op seeds in both runs (Keras shuffles arrays with TF ops)
+            trained.fit(**inputs(tf, fit_options.get("input")), epochs=4, verbose=0, validation_data=validation,
+                        callbacks=[*before, tfrepro.ReproCheckpoint(folder, every=every, keep=20), *after])
         return trained, after
 
     whole, after_whole = run(tmp_path / "whole")
