@@ -2,8 +2,8 @@
 
 Call ``tfrepro.patch(seed)`` before building the model, or run an unmodified script with
 ``tfrepro run --seed N -- python train.py``. Importing tfrepro never imports TensorFlow;
-``tfrepro.ReproducibilityCallback``, ``tfrepro.ReproCheckpoint``, the ops in ``tfrepro.ops`` and
-``tfrepro.layers`` do, on first use.
+``tfrepro.ReproducibilityCallback``, ``tfrepro.ReproCheckpoint``, ``tfrepro.LoopCheckpoint``, the
+ops in ``tfrepro.ops`` and ``tfrepro.layers`` do, on first use.
 
 The package is laid out by verb, lowest first (a module imports only from its own floor or below):
 ``_tf``, ``_files`` and ``errors`` (the ground floor), ``ops`` (deterministic ops, the table of ops
@@ -11,7 +11,7 @@ without deterministic GPU kernels, Keras drop-ins), ``determinism`` (patch, swit
 status), ``proof`` (fingerprints, traces, the callback, comparisons, verify) and ``data``
 (``map_with_seed``), ``launching`` (``tfrepro run``/``check``), ``examples``, ``sweeps`` (seed sweeps
 and their statistics), ``diagnosis`` (``diagnose``, ``tfrepro doctor``) and ``checkpointing``
-(``ReproCheckpoint``, ``tfrepro run --checkpoint``), ``plotting``, ``cli``;
+(``ReproCheckpoint``, ``LoopCheckpoint``, ``tfrepro run --checkpoint``), ``plotting``, ``cli``;
 ``testing`` sits on ``proof``.
 """
 
@@ -40,6 +40,7 @@ __all__ = [
     "DivergenceError",
     "EnvDifference",
     "Finding",
+    "LoopCheckpoint",
     "NotComparableError",
     "Report",
     "ReproCheckpoint",
@@ -103,6 +104,7 @@ layers = sys.modules.setdefault(f"{__name__}.layers", _ModuleAlias(f"{__name__}.
 _LAZY = {
     "ReproducibilityCallback": "tfrepro.proof.callback",
     "ReproCheckpoint": "tfrepro.checkpointing.callback",
+    "LoopCheckpoint": "tfrepro.checkpointing.loop",
     "diagnose": "tfrepro.diagnosis.diagnosing",
     "Diagnosis": "tfrepro.diagnosis.findings",
     "Finding": "tfrepro.diagnosis.findings",

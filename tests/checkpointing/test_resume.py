@@ -13,13 +13,15 @@ import sys
 import pytest
 
 from conftest import SCRIPTS, clean_env, run_python, run_tfrepro
+from tfrepro.checkpointing import storage
 
 pytestmark = [pytest.mark.keras, pytest.mark.slow]
 SCRIPT = str(SCRIPTS / "resume_train.py")
 KILLED = -signal.SIGKILL
 
 
-def train(tmp_path, name, *args, expect=0, tfrepro_run=None):
+def run_train(tmp_path, name, *args, expect=0, tfrepro_run=None):
+    """The script's process, its weights in ``tmp_path/NAME.npy``."""
     weights = tmp_path / f"{name}.npy"
     if tfrepro_run is None:
         proc = run_python(SCRIPT, "--weights", str(weights), *args, env=clean_env(PYTHONHASHSEED="7"))
@@ -27,7 +29,12 @@ def train(tmp_path, name, *args, expect=0, tfrepro_run=None):
         proc = run_tfrepro("run", "--seed", "7", *tfrepro_run, "--", sys.executable, SCRIPT, "--weights",
                            str(weights), *args)
     assert proc.returncode == expect, proc.stderr[-3000:]
-    return weights.read_bytes() if expect == 0 else None
+    return proc
+
+
+def train(tmp_path, name, *args, expect=0, tfrepro_run=None):
+    run_train(tmp_path, name, *args, expect=expect, tfrepro_run=tfrepro_run)
+    return (tmp_path / f"{name}.npy").read_bytes() if expect == 0 else None
 
 
 def records(path):
@@ -88,8 +95,26 @@ def test_unmodified_script_under_tfrepro_run_checkpoint_resumes_exactly(tmp_path
     ckpt = str(tmp_path / "ckpt")
     full = train(tmp_path, "full", "--plain", tfrepro_run=["--checkpoint", str(tmp_path / "full-ckpt")])
     train(tmp_path, "killed", "--plain", "--kill-at", "2,3", expect=KILLED, tfrepro_run=["--checkpoint", ckpt])
-    assert (tmp_path / "ckpt" / "fit-0" / "ckpt-e000002-b00000000.npz").is_file()
-    assert train(tmp_path, "resumed", "--plain", tfrepro_run=["--checkpoint", ckpt]) == full
+    newest = tmp_path / "ckpt" / "fit-0" / "ckpt-e000002-b00000000.npz"
+    assert newest.is_file()
+    proc = run_train(tmp_path, "resumed", "--plain", tfrepro_run=["--checkpoint", ckpt])
+    assert (tmp_path / "resumed.npy").read_bytes() == full
+    assert f"tfrepro: resumed from {newest}: epoch 2, batch 0, 20 batches trained" in proc.stderr.splitlines()
+
+
+def test_a_custom_loop_under_tfrepro_run_checkpoint_resumes_mid_epoch_exactly(tmp_path):
+    """A GradientTape loop with tfrepro.LoopCheckpoint() (no folder: tfrepro run gives it DIR/loop-0),
+    every 7 batches of 10 per epoch, killed before batch 3 of epoch 2 (the newest checkpoint is
+    after batch 1 of it)."""
+    every = ["--checkpoint-every", "7"]
+    full = train(tmp_path, "full", "--loop", tfrepro_run=["--checkpoint", str(tmp_path / "full-ckpt"), *every])
+    ckpt = tmp_path / "ckpt"
+    train(tmp_path, "killed", "--loop", "--kill-at", "2,3", expect=KILLED, tfrepro_run=["--checkpoint", str(ckpt), *every])
+    newest = ckpt / "loop-0" / "ckpt-e000002-b00000001.npz"
+    assert storage.list_checkpoints(ckpt / "loop-0")[-1] == newest
+    proc = run_train(tmp_path, "resumed", "--loop", tfrepro_run=["--checkpoint", str(ckpt), *every])
+    assert (tmp_path / "resumed.npy").read_bytes() == full
+    assert f"tfrepro: resumed from {newest}: epoch 2, batch 1, 21 batches trained" in proc.stderr.splitlines()
 
 
 def test_negative_control_backup_and_restore_alone_ends_elsewhere(tmp_path, uninterrupted):

@@ -1,6 +1,11 @@
 """`tfrepro check`, `tfrepro compare` and `tfrepro demo` end to end, in fresh processes."""
 
+import os
+import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -14,15 +19,19 @@ pytestmark = pytest.mark.keras
 
 def test_check_passes_an_unmodified_script_and_keeps_the_traces(tmp_path):
     out = tmp_path / "out"
-    for run in ("run-0", "run-1"):  # an earlier check in the same folder, whose script fitted twice
+    for run in ("run-0", "run-1", "run-2", "run-3"):  # an earlier 4-run check in the same folder, 2 fits a run
         (out / run).mkdir(parents=True)
         _trace(out / run / "fit-1.jsonl", [0.5])
+        (out / run / "stdout.log").write_text("earlier\n")
+    (out / "run-3" / "notes.txt").write_text("the user's own file")
     proc = run_tfrepro("check", "--runs", "2", "--seed", "3", "--out", str(out), "--",
                        sys.executable, str(SCRIPTS / "unmodified.py"))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "identical: 2 runs x 1 Model.fit call(s)" in proc.stdout  # the earlier fits are not compared
     assert (out / "run-0" / "fit-0.jsonl").is_file() and (out / "run-1" / "fit-0.jsonl").is_file()
     assert not (out / "run-0" / "fit-1.jsonl").exists()
+    assert not (out / "run-2").exists()  # tfrepro's files from the earlier check are gone, with their folder
+    assert [p.name for p in (out / "run-3").iterdir()] == ["notes.txt"]  # and only tfrepro's
     assert "set order" in (out / "run-1" / "stdout.log").read_text()
 
 
@@ -54,6 +63,27 @@ def test_check_reports_a_script_that_never_fits_or_fails(tmp_path):
     assert proc.returncode == 2 and "--epochs must be >= 1" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_ctrl_c_names_the_incomplete_run_and_exits_130(tmp_path):
+    """A real Ctrl-C: SIGINT to the foreground process group, tfrepro and the script alike."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tfrepro", "check", "--out", str(out), "--", sys.executable,
+                             str(SCRIPTS / "wait_for_ctrl_c.py")], env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        log, deadline = out / "run-0" / "stdout.log", time.monotonic() + 120
+        while not (log.is_file() and "ready" in log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stdout + stderr
+    assert stderr.splitlines() == [f"tfrepro check: interrupted: run 0 is incomplete ({out / 'run-0'}); rerun the "
+                                   "same tfrepro check to start over"]
+    assert "interrupted" in log.read_text()  # the script had its Ctrl-C too, and its output was kept
+
+
 def _trace(path, losses, shape=(2, 1)):
     header = {"type": "header", "format": "tfrepro-trace", "version": VERSION, "environment": {},
               "model": {"layers": ["d"], "variables": [{"name": "d/kernel", "layer": "d", "shape": list(shape),
@@ -75,7 +105,17 @@ def test_compare_exit_codes(tmp_path):
     assert run_tfrepro("compare", a, same).returncode == 0
     diverged = run_tfrepro("compare", a, other)
     assert diverged.returncode == 1 and "batch 1" in diverged.stdout
-    assert run_tfrepro("compare", a, wider).returncode == 2
+    incomparable = run_tfrepro("compare", a, wider)
+    assert incomparable.returncode == 2 and incomparable.stdout == ""
+    assert incomparable.stderr.splitlines() == [
+        f"tfrepro compare: error: not comparable: {a} and {wider} are traces of different models: variable 0 "
+        "(d/kernel): shape [2, 1] vs [3, 1] (see `tfrepro compare --help`)"]
+    lines = Path(a).read_text().splitlines(keepends=True)
+    corrupt = tmp_path / "corrupt.jsonl"
+    corrupt.write_text("".join([*lines[:2], "{not json\n", *lines[3:]]))
+    proc = run_tfrepro("compare", a, str(corrupt))
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.startswith(f"tfrepro compare: error: {corrupt}, line 3: not valid JSON (")
     for bad in (str(tmp_path / "missing.jsonl"), str(SCRIPTS / "unmodified.py")):
         proc = run_tfrepro("compare", a, bad)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("tfrepro compare: error")

@@ -48,6 +48,8 @@ def test_doctor_on_the_demo_example_is_clean_and_without_patch_it_is_not(tmp_pat
 @pytest.mark.parametrize("args, message", [
     (["--repeats", "1", "--", sys.executable, CULPRIT], "--repeats must be 0"),
     (["--tf-version", "latest", "--", sys.executable, CULPRIT], "--tf-version: not a TensorFlow version"),
+    (["--tf-version", "9.9", "--", sys.executable, CULPRIT], "--tf-version: TF 9.9 is outside the versions the kernel "
+                                                             "table covers (TF 2.0-2."),
     (["--"], "no command given"),
     (["--", "python", "missing.py"], "script not found"),
 ])
@@ -95,3 +97,37 @@ print("steps", Count.seen)
     proc = run_tfrepro("doctor", "--continue", "--out", str(tmp_path / "out"), "--", sys.executable, str(script))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "steps 6" in (tmp_path / "out" / "stdout.log").read_text()  # the batch the diagnosis read was given back
+
+
+def test_doctor_runs_a_custom_train_step_as_fit_runs_it(tmp_path):
+    """The keras-io custom step, fed a dataset that yields x alone: `check` sees its runs diverge, and
+    doctor names the layer instead of reporting clean."""
+    script = tmp_path / "custom_step.py"
+    script.write_text(f"""
+import sys
+import numpy as np
+import tensorflow as tf
+sys.path.insert(0, {str(SCRIPTS.parent)!r})
+from nondeterminism import make_layers
+
+keras = tf.keras
+dense, _ = make_layers(keras, tf)
+
+class Autoencoder(keras.Model):
+    def train_step(self, x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(x - self(x, training=True)))
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        return {{"reconstruction": loss}}
+
+inputs = keras.Input((3,))
+hidden = dense(6, name="summing")(keras.layers.Dense(8, activation="tanh", name="encoder")(inputs))
+model = Autoencoder(inputs, keras.layers.Dense(3, name="decoder")(hidden))
+model.compile(optimizer="adam")
+x = np.linspace(0, 1, 192, dtype="float32").reshape(64, 3)
+model.fit(tf.data.Dataset.from_tensor_slices(x).batch(16), epochs=1, verbose=0)
+""")
+    proc = run_tfrepro("doctor", "--out", str(tmp_path / "out"), "--", sys.executable, str(script))
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    assert "[nondeterministic] summing: its weights' gradients varied" in proc.stdout, proc.stdout

@@ -67,9 +67,9 @@ def _model(form, keras, tf, culprit):
 
 
 def _state(model):
-    from tfrepro.diagnosis.bisection import state_variables
+    from tfrepro.diagnosis.restoring import model_variables
 
-    return {id(v): (getattr(v, "path", None) or v.name, np.array(v.numpy(), copy=True)) for v in state_variables(model)}
+    return {id(v): (v.name, np.array(v.numpy(), copy=True)) for v in model_variables(model)}
 
 
 @pytest.mark.core
@@ -277,7 +277,8 @@ def test_the_report_prints_renders_and_round_trips(keras, tf):
         model = _model("sequential", keras, tf, _culprit(keras, tf))
         diagnosis = tfrepro.diagnose(model, X, Y)
     text = str(diagnosis)
-    assert text.splitlines()[0].startswith("1 problem(s) found") and "[nondeterministic] culprit:" in text
+    assert text.splitlines()[0].startswith("2 problem(s) found (1 nondeterministic, 1 risk")  # the risk: its Python
+    assert "[nondeterministic] culprit:" in text and "[risk] train step: runs Python" in text
     console = Console(record=True, width=200)
     console.print(diagnosis)
     assert "culprit" in console.export_text()

@@ -231,3 +231,34 @@ def test_keras_random_layers_and_nested_datasets_in_a_parallel_map_are_found(ker
 
     nested = tf.data.Dataset.range(2).interleave(inner, cycle_length=1)
     assert [f.where for f in pipeline_findings(nested)] == ["input pipeline: map(lambda)"]  # the inner map, once
+
+
+@pytest.mark.parametrize("wrap", ["numpy_function", "py_function"])
+def test_python_in_the_step_is_a_risk_by_its_layer(wrap, keras, tf):
+    """Op determinism does not reach arbitrary Python: the scan names it, even when it happens to be
+    deterministic, since nothing but the Python itself decides that."""
+
+    class Python(keras.layers.Layer):
+        def call(self, inputs):
+            shift = getattr(tf, wrap)(lambda: np.float32(0.0), [], tf.float32)
+            return inputs + tf.reshape(shift, [])
+
+    model = keras.Sequential([keras.Input((4,)), Python(name="python"), keras.layers.Dense(1, name="dense")])
+    model.compile(optimizer="sgd", loss="mse")
+    with tfrepro.patched(0):
+        diagnosis = tfrepro.diagnose(model, np.ones((4, 4), "float32"), np.ones((4, 1), "float32"), repeats=0)
+    assert diagnosis.where("risk") == ["python"], str(diagnosis)
+    assert "op determinism does not cover" in _by_where(diagnosis)["python"].finding
+    plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, name="dense")])  # negative control
+    plain.compile(optimizer="sgd", loss="mse")
+    with tfrepro.patched(0):
+        assert tfrepro.diagnose(plain, np.ones((4, 4), "float32"), np.ones((4, 1), "float32"), repeats=0).clean
+
+
+@pytest.mark.parametrize("version", ["9.9", "1.15", "3.0"])
+def test_a_version_outside_the_table_is_refused_with_the_range(version, keras, tf):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ValueError, match=r"outside the versions the kernel table covers \(TF 2\.0-2\.\d+\)"):
+        tfrepro.diagnose(model, np.ones((4, 4), "float32"), np.ones((4, 1), "float32"), repeats=0,
+                         tf_version=version)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tfrepro.launching.import_hooks import call_after_import
+from tfrepro._import_hooks import call_after_import
 
 from conftest import clean_env, run_tfrepro
 

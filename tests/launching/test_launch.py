@@ -1,5 +1,6 @@
 """`tfrepro run`: command rewriting, exit codes, Ctrl-C, and bad input without tracebacks."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -153,3 +154,25 @@ def test_ctrl_c_reaches_the_script():
         proc.kill()
     assert proc.returncode == 3
     assert "interrupted" in out
+
+
+def test_a_python_on_path_without_tfrepro_is_named_before_anything_runs(tmp_path):
+    """`.venv/bin/tfrepro check -- python train.py` with the venv not activated: `python` is another
+    interpreter, where the child would die of ModuleNotFoundError."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "other")], check=True)
+    script = tmp_path / "train.py"
+    script.write_text("print('trained')\n")
+    env = clean_env(PATH=f"{tmp_path / 'other' / 'bin'}{os.pathsep}{os.environ['PATH']}", TMPDIR=str(tmp_path))
+    before = set(tmp_path.iterdir())
+    for verb in ("run", "check"):
+        proc = run_tfrepro(verb, "--", "python", str(script), env=env)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        assert proc.stderr.splitlines() == [
+            f"tfrepro {verb}: error: `python` is {tmp_path / 'other' / 'bin' / 'python'}, which cannot import tfrepro; "
+            f"use {sys.executable}, the Python tfrepro is installed in{_ACTIVATE} (see `tfrepro {verb} --help`)"]
+    assert set(tmp_path.iterdir()) == before  # nothing made
+    assert run_tfrepro("run", "--", sys.executable, str(script), env=env).stdout == "trained\n"  # the control
+
+
+_ACTIVATE = (f", or activate its environment ({Path(sys.prefix) / 'bin' / 'activate'})"
+             if sys.prefix != sys.base_prefix else "")

@@ -1,8 +1,8 @@
 """Every op in tfrepro.ops against TensorFlow's own, on the same inputs, good and bad: the same
 shapes, dtypes and values (within TF's own test tolerances), the same error classes, and for
 run-time errors the same message, raised where TF raises it (at the call, at trace time, or when
-the op runs). Each case runs eagerly, in a ``tf.function``, and in a ``tf.function`` whose
-arguments have unknown static shapes."""
+the op runs). Each case runs eagerly, in a ``tf.function``, in a ``tf.function`` whose arguments
+have unknown static shapes, and in a TF1 ``tf.Graph`` run by a ``Session``."""
 
 from __future__ import annotations
 
@@ -63,8 +63,10 @@ def _xent_grads(op):
 
 
 def _sparse_matmul(op):
-    def run(indices, values, dense_shape, b, **kwargs):
-        return op(tf.SparseTensor(indices, values, dense_shape), b, **kwargs)
+    def run(indices, values, *shape_and_b, dense_shape=None, **kwargs):
+        """``dense_shape`` as an option is a constant where the op is built (its shape function sees it)."""
+        *given, b = shape_and_b
+        return op(tf.SparseTensor(indices, values, given[0] if given else dense_shape), b, **kwargs)
     return run
 
 
@@ -113,6 +115,7 @@ class Case:
     what: str
     inputs: tuple
     options: tuple = ()  # keyword options, as (name, value) pairs
+    raw: tuple = ()  # positions of inputs passed as they are (NumPy, Python lists), not as tensors
 
     def __str__(self) -> str:
         return f"{self.op}: {self.what}"
@@ -202,21 +205,55 @@ CASES = [
          (("is_training", False), ("data_format", "NCHW"))),
     Case("fused_batch_norm", "fine-tuning, 5-D NDHWC", (IMAGES[:, None], *STATS),
          (("is_training", False), ("data_format", "NDHWC"))),
+    # From TF's own kernel tests (issue #20): what TF takes, and the errors it raises where it raises them.
+    Case("gather", "an axis beyond the rank", (np.array([1.0, 2.0], np.float32), np.array([0], np.int32)), (("axis", 2),)),
+    Case("gather", "axis -2 of a 2-D tensor", (F, np.array([1, 1, 4], np.int32)), (("axis", -2),)),
+    Case("gather", "axis 1, batch_dims None, Python indices", (F, [2, 0, 2]), (("axis", 1), ("batch_dims", None)), raw=(1,)),
+    Case("adjust_contrast", "a factor that is not a scalar", (IMAGES, np.array([1.5, 2.0], np.float32))),
+    Case("sparse_dense_matmul", "inner dimensions differ, the shape known where built",
+         (*SPARSE, np.ones((4, 2), np.float32)), (("dense_shape", (3, 5)),)),
+    Case("sparse_dense_matmul", "float16", (*SPARSE[:1], SPARSE[1].astype(np.float16), np.array([3, 5], np.int64),
+                                            _rng.standard_normal((5, 2)).astype(np.float16))),
+    Case("crop_and_resize", "a box beyond float32's range, given as a list", (np.zeros((2, 1, 1, 1), np.float32),
+         [[1.0e40, 0.0, 0.0, 0.0]], np.array([1], np.int32), np.array([1, 1], np.int32)), raw=(1,)),
+    Case("crop_and_resize", "float64 boxes", (IMAGES, BOXES.astype(np.float64), np.array([0, 1, 1], np.int32),
+                                              np.array([2, 2], np.int32))),
+    Case("sparse_softmax_cross_entropy_with_logits", "scalar logits", (np.int32(0), np.float32(1.0))),
+    Case("segment_mean", "rank-0 data", (np.float32(1.0), np.array([0], np.int32))),
+    Case("segment_sum", "2-D ids", (F, np.array([[0, 0, 1], [1, 2, 2]], np.int32))),
+    Case("segment_sum", "no ids, no rows", (np.zeros((0, 3), np.float32), np.zeros([0], np.int32))),
+    Case("fused_batch_norm", "fine-tuning, float64 NumPy statistics", (IMAGES, *STATS[:2], STATS[2].astype(np.float64),
+         STATS[3].astype(np.float64)), (("is_training", False),), raw=(3, 4)),
 ]
 
 MODES = ("eager", "function", "unknown_shapes")
-
-
+# In a TF1 graph run by a Session (``tf1_session``): the first case of each op, and these, which reach
+# each run-time check (tensors compare by identity with ``==`` there, so checks must use tf.equal).
+TF1_CASES = {"unsorted_segment_sum: an id >= num_segments", "segment_sum: a negative first id",
+             "segment_sum: an id too large, then a smaller one", "segment_sum: no ids, no rows",
+             "reduce_sum: axis out of range", "softmax_cross_entropy_with_logits: labels of another shape",
+             "sparse_softmax_cross_entropy_with_logits: a label >= classes", "bincount: a negative value",
+             "sparse_dense_matmul: a row index out of range", "adjust_contrast: not 3-D"}
 def _run(fn: Callable, case: Case, mode: str):
     """``fn(*inputs, **options)`` in ``mode``: its result as NumPy arrays, or the exception it raised."""
     options = dict(case.options)
-    tensors = [tf.constant(x) for x in case.inputs]
+    raw = {i: x for i, x in enumerate(case.inputs) if i in case.raw}
+
+    def call(*tensors):
+        given = iter(tensors)
+        return fn(*(raw[i] if i in raw else next(given) for i in range(len(case.inputs))), **options)
+
     try:
+        if mode == "tf1_session":
+            with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
+                result = call(*[tf.constant(x) for i, x in enumerate(case.inputs) if i not in raw])
+                return tf.nest.map_structure(np.asarray, session.run(result))
+        tensors = [tf.constant(x) for i, x in enumerate(case.inputs) if i not in raw]
         if mode == "eager":
-            result = fn(*tensors, **options)
+            result = call(*tensors)
         else:
             signature = [tf.TensorSpec(None if mode == "unknown_shapes" else t.shape, t.dtype) for t in tensors]
-            result = tf.function(lambda *args: fn(*args, **options), input_signature=signature, autograph=False)(*tensors)
+            result = tf.function(call, input_signature=signature, autograph=False)(*tensors)
         return tf.nest.map_structure(lambda t: np.asarray(t), result)
     except (tf.errors.OpError, ValueError, TypeError) as error:
         return error
@@ -224,11 +261,14 @@ def _run(fn: Callable, case: Case, mode: str):
 
 def _core(message: str) -> str:
     """A run-time error's message without what frames it: TF's function-node prefix, op suffix,
-    graph node trace, and the ``assertion failed: [...]`` of an Assert op (which escapes quotes)."""
-    asserted = re.search(r"assertion failed: \[(.*)\]", message)
+    graph node trace, a Session's report around it, and the ``assertion failed: [...]`` of an
+    Assert op. An Assert escapes quotes; tfrepro's messages must reach the user unescaped."""
+    lines = message.strip().splitlines()
+    framed = [i for i, line in enumerate(lines) if line.startswith("\t [[")]
+    line = lines[framed[0] - 1] if lines[0].startswith("Graph execution error") and framed else lines[0]
+    asserted = re.search(r"assertion failed: \[(.*)\]", line)
     if asserted:
-        return asserted.group(1).replace("\\'", "'")
-    line = message.strip().splitlines()[0]
+        return asserted.group(1)
     line = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)
     return re.sub(r"\s*\[Op:\w+\]( name:.*)?$", "", line)
 
@@ -259,6 +299,12 @@ def test_tfrepro_op_matches_tensorflow(case: Case, mode: str):
             assert np.array_equal(have, want), (have, want)
         else:
             np.testing.assert_allclose(have, want, **_tolerance(want.dtype))
+
+
+@pytest.mark.parametrize("case", [case for i, case in enumerate(CASES) if str(case) in TF1_CASES
+                                  or case.op not in {c.op for c in CASES[:i]}], ids=str)
+def test_in_a_tf1_graph_run_by_a_session(case: Case):
+    test_tfrepro_op_matches_tensorflow(case, "tf1_session")
 
 
 AUTO_OPS = ("bincount", "sparse_dense_matmul", "resize_nearest_neighbor", "crop_and_resize", "fused_batch_norm",

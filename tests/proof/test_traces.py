@@ -141,3 +141,66 @@ def test_a_folder_given_as_a_trace_is_named_as_a_folder(tmp_path):
     with pytest.raises(IsADirectoryError, match=r"is a directory, not a trace file; the traces in it include "
                                                 r"run-0/fit-0\.jsonl"):
         read_trace(tmp_path)
+
+
+def test_a_corrupt_record_before_the_last_line_makes_the_trace_unusable(tmp_path):
+    """Records are flushed whole, so only the last line can be cut by a crash: a bad line before it is
+    corruption, an error naming its line, never "the run crashed or the file was cut"."""
+    good = write(tmp_path / "good.jsonl", [batch(0), batch(1), batch(2)])
+    lines = good.read_text().splitlines(keepends=True)
+    corrupt = tmp_path / "corrupt.jsonl"
+    corrupt.write_text("".join(lines[:2] + ['{"type": "batch", "epoch": 0, "ba\n'] + lines[3:]))
+    for strict in (True, False):
+        with pytest.raises(tfrepro.TraceError, match=r"corrupt\.jsonl, line 3: not valid JSON \("):
+            read_trace(corrupt, strict=strict)
+    with pytest.raises(tfrepro.TraceError, match=r"line 3: not valid JSON"):
+        tfrepro.compare(good, corrupt)
+    foreign = tmp_path / "foreign_record.jsonl"
+    foreign.write_text("".join(lines[:2] + ['{"type": "mystery"}\n'] + lines[3:]))
+    with pytest.raises(tfrepro.TraceError, match=r"line 3: not a tfrepro trace record"):
+        read_trace(foreign, strict=False)
+    cut = tmp_path / "cut.jsonl"  # the control: the same bad text as the last line is a cut record
+    cut.write_text("".join(lines[:3] + ['{"type": "batch", "epoch": 0, "ba\n']))
+    assert len(read_trace(cut, strict=False)) == 2
+    assert "the run crashed or the file was cut" in tfrepro.compare(good, cut).divergence.detail
+
+
+def _renamed(prefix, layer):
+    header = json.loads(json.dumps(HEADER))
+    header["model"].update(name=prefix, layers=[layer])
+    header["model"]["variables"][0].update(name=f"{prefix}/{layer}/kernel", layer=layer)
+    return header
+
+
+def test_traces_of_a_rebuilt_model_compare_despite_kerass_automatic_names(tmp_path):
+    """Keras numbers automatic names per process: the same model built again is `sequential_1/dense_1`."""
+    end = {"type": "end", "layers": {}, "weights": ["00" * 16]}
+    paths = []
+    for prefix, layer in (("sequential", "dense"), ("sequential_1", "dense_1")):
+        path = tmp_path / f"{prefix}.jsonl"
+        epoch = {"type": "epoch", "epoch": 0, "step": 1, "logs": {}, "bits": {}, "layers": {layer: "ab" * 16},
+                 "weights": ["00" * 16]}
+        with TraceWriter(path) as writer:
+            for record in [_renamed(prefix, layer), batch(0), epoch, dict(end, layers={layer: "ab" * 16})]:
+                writer.write(record)
+        paths.append(path)
+    comparison = tfrepro.compare(*paths)
+    assert comparison.comparable and comparison.identical, str(comparison)
+    other = write(tmp_path / "other.jsonl", [batch(0)])  # the control: a different variable is still told apart
+    renamed = json.loads(json.dumps(HEADER))
+    renamed["model"]["variables"][0]["name"] = "d/bias"
+    with TraceWriter(tmp_path / "bias.jsonl") as writer:
+        writer.write(renamed)
+    assert not tfrepro.compare(other, tmp_path / "bias.jsonl").comparable
+
+
+def test_not_comparable_is_said_in_one_line(tmp_path):
+    a = write(tmp_path / "a.jsonl", [batch(0)])
+    wider = json.loads(json.dumps(HEADER))
+    wider["model"]["variables"] += [{"name": "e/kernel", "layer": "e", "shape": [1, 1], "dtype": "float32"}]
+    wider["model"]["variables"][0]["shape"] = [3, 1]
+    with TraceWriter(tmp_path / "b.jsonl") as writer:
+        writer.write(wider)
+    comparison = tfrepro.compare(a, tmp_path / "b.jsonl")
+    assert comparison.mismatch_summary == ("A has 1 variable, B has 2; first difference: variable 0 (d/kernel): "
+                                           "shape [2, 1] vs [3, 1]")

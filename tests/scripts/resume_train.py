@@ -2,11 +2,13 @@
 augmentation map of stateless random ops seeded per element (``tfrepro.data.map_with_seed``).
 
     python resume_train.py --weights W.npy [--checkpoint DIR [--every N]] [--backup DIR]
-                           [--kill-at EPOCH,BATCH] [--kill-in-write K] [--trace T.jsonl] [--plain]
+                           [--kill-at EPOCH,BATCH] [--kill-in-write K] [--trace T.jsonl] [--plain] [--loop]
 
 --kill-at sends this process SIGKILL as batch BATCH of epoch EPOCH begins; --kill-in-write K kills it
 while the K-th checkpoint file (K = 1, 2, ...) is being written, after its bytes and before its rename.
 --plain is the unmodified script that ``tfrepro run --checkpoint`` runs: no tfrepro in it at all.
+--loop trains the same model with a GradientTape loop under ``tfrepro.LoopCheckpoint(--checkpoint)``
+(no --checkpoint: the folder ``tfrepro run --checkpoint`` gives it).
 """
 
 import argparse
@@ -28,6 +30,7 @@ parser.add_argument("--kill-in-write", type=int)
 parser.add_argument("--trace")
 parser.add_argument("--epochs", type=int, default=4)
 parser.add_argument("--plain", action="store_true")
+parser.add_argument("--loop", action="store_true")
 args = parser.parse_args()
 
 keras = tf.keras
@@ -106,5 +109,21 @@ if args.kill_in_write:
 
     storage.atomic_file = dying
 
-model.fit(data, epochs=args.epochs, verbose=0, callbacks=callbacks)
+if args.loop:
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        model.optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+
+    every = None if args.every == "epoch" else int(args.every)
+    checkpoint = tfrepro.LoopCheckpoint(args.checkpoint, every=every, model=model, optimizer=model.optimizer)
+    for epoch, (x, y) in checkpoint.loop(data, epochs=args.epochs):
+        if args.kill_at and (epoch, checkpoint.position.batch) == tuple(map(int, args.kill_at.split(","))):
+            os.kill(os.getpid(), signal.SIGKILL)
+        step(x, y)
+else:
+    model.fit(data, epochs=args.epochs, verbose=0, callbacks=callbacks)
 np.save(args.weights, np.concatenate([np.ascontiguousarray(w).view(np.uint8).ravel() for w in model.get_weights()]))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import SCRIPTS, run_tfrepro
+from tfrepro.sweeps.running import format_seeds, parse_seeds
 
 pytest.importorskip("scipy")
 
@@ -62,15 +63,24 @@ def test_five_seeds_print_the_table_and_the_interval_and_shards_merge_to_the_sam
 
 def test_a_rerun_with_the_same_folder_skips_finished_seeds_of_the_same_command(tmp_path, script):
     out = str(tmp_path / "out")
-    assert sweep(tmp_path, script, "--seeds", "0-2", "--out", out).returncode == 0
-    assert sweep(tmp_path, script, "--seeds", "0-3", "--out", out).returncode == 0
-    assert (tmp_path / "runs.txt").read_text().count("ran") == 4  # 3, then only seed 3
-    assert [run["seed"] for run in runs(out)] == [0, 1, 2, 3]
+    first = sweep(tmp_path, script, "--seeds", "0-2", "--out", out)
+    assert first.returncode == 0 and "skipped" not in first.stdout
+    rerun = sweep(tmp_path, script, "--seeds", "0-3,5", "--out", out)
+    assert rerun.returncode == 0
+    assert (tmp_path / "runs.txt").read_text().count("ran") == 5  # 3, then only seeds 3 and 5
+    said = [line for line in rerun.stdout.splitlines() if "skipped" in line]
+    assert said == [f"skipped seeds 0-2: finished earlier in {out} with the same command and options"], rerun.stdout
+    assert [run["seed"] for run in runs(out)] == [0, 1, 2, 3, 5]
     other = tmp_path / "nan.py"  # another command: every seed runs again, and a NaN fails its seed
     other.write_text("import tfrepro\ntfrepro.report_metric('score', float('nan'))\n")
     rerun = run_tfrepro("sweep", "--metric", "score", "--seeds", "0-1", "--out", out, "--", sys.executable, str(other))
     assert rerun.returncode == 2 and "score is nan" in rerun.stdout
     assert [run["status"] for run in runs(out)] == ["failed", "failed"]  # and sweep.json stays valid JSON
+
+
+def test_skipped_seeds_are_written_as_the_seeds_option_reads_them():
+    for text in ("0-4,10", "0", "0,2,4", "3-5,7-9,11"):
+        assert format_seeds(parse_seeds(text)) == text
 
 
 def test_a_failing_seed_and_bad_input_exit_2_in_one_line(tmp_path, script):

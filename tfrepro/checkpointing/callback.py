@@ -13,12 +13,12 @@ from typing import Any
 
 from tfrepro import _tf
 from tfrepro._version import __version__
-from tfrepro.checkpointing import callback_states, model_state, storage
-from tfrepro.determinism import seeding, state
+from tfrepro.checkpointing import callback_states, kernel_random, model_state, storage
+from tfrepro.determinism import seeding
 from tfrepro.errors import CheckpointError, warn
 
 keras = _tf.keras_module()
-log = logging.getLogger("tfrepro")
+log = logging.getLogger("tfrepro.checkpointing")
 _KERAS3 = _tf.keras_major(keras) >= 3
 
 
@@ -31,10 +31,17 @@ class ReproCheckpoint(keras.callbacks.Callback):
 
     - every variable of the model (Keras 3 SeedGenerator states included), the optimizer (slots,
       ``iterations``, learning rate) and the metrics' running totals;
-    - each Keras 2 random layer's ``tf.random.Generator``;
+    - every other variable reachable through the model's object graph, as ``tf.train.Checkpoint``
+      walks it: Keras 2 random layers' ``tf.random.Generator``s, a generator or a plain
+      ``tf.Variable`` that a layer owns;
     - ``tfrepro.rng_state()``: Python, NumPy, TF's global Generator, Keras's global generators;
     - the epoch and batch, and the state of ``ReduceLROnPlateau``, ``EarlyStopping`` and
       ``ModelCheckpoint`` (``tfrepro.checkpointing.callback_states`` says what is not restored).
+
+    It refuses (``tfrepro.CheckpointError``, naming the layer and the stateless op to use) a model
+    whose train step calls TF's stateful random ops (``tf.random.normal``, ``tf.nn.dropout`` without
+    a seed tensor, ...), whose state lives inside TF's kernels: it checks the train step, traced to a
+    graph that never runs, before the first batch, and writes nothing.
 
     It saves at the end of every epoch (``every="epoch"``) or after every ``every`` batches (a save
     that falls on an epoch's last batch waits for the epoch's end), after the other callbacks of
@@ -45,7 +52,10 @@ class ReproCheckpoint(keras.callbacks.Callback):
 
     **The input position is restored by replay.** On resume, ``fit`` starts from its first batch as
     usual, and every batch before the checkpoint's is drawn from the input and dropped, untrained,
-    with the other callbacks set aside; they rejoin at the checkpoint's batch, their state restored.
+    with the other callbacks set aside (from ``on_train_begin`` on: no progress bar of a replayed
+    epoch); they rejoin at the checkpoint's batch, their state restored. Whatever the replay draws
+    (building the metrics calls the model in inference mode; replayed validation runs it) is undone
+    at that batch: the model's variables and every RNG are set to the checkpoint's again.
     So the input goes on exactly where it was, whatever it is: ``tf.data`` with per-epoch shuffles
     and ``Dataset.random`` streams (whose epoch counters TF's own iterator checkpoints do not carry
     reliably), NumPy arrays shuffled by ``fit``, generators. It costs the input pipeline's time for
@@ -79,10 +89,7 @@ class ReproCheckpoint(keras.callbacks.Callback):
         super().__init__()
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a path; got {type(directory).__name__}")
-        if not (every == "epoch" or (isinstance(every, int) and not isinstance(every, bool) and every >= 1)):
-            raise ValueError(f'every must be "epoch" or a positive number of batches; got {every!r}')
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be a positive int; got {keep!r}")
+        storage.check_schedule(every, keep)
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"directory is a file: {self.directory}")
@@ -99,7 +106,7 @@ class ReproCheckpoint(keras.callbacks.Callback):
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.restored_from = None
         self._run = _Run(self, _fit_callbacks(self))
-        self._run.begin()
+        self._run.begin(logs)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         if self._run is not None:
@@ -155,23 +162,19 @@ class _Run:
         self.target: tuple[int, int] = (0, 0)  # the first batch to train; the ones before are replayed
         self.first_call: tuple[int, int] | None = None
         self.finished = self.rng_pending = self.rest_pending = False
-        self.metrics_built = False
+        self.metrics_built = self.set_aside = False
         self.save_at_epoch_end = False
         self.saved_since_last_batch = True
         self.last_logs: dict[str, float] = {}
         self.original_train_function: Any = None
 
     # fit begins ----------------------------------------------------------------------------------
-    def begin(self) -> None:
-        legacy = model_state.keras2_legacy_random_layers(self.model)
-        if legacy:
-            raise CheckpointError(
-                "ReproCheckpoint cannot save the random state of these Keras 2 layers: TF keeps it inside "
-                "its kernels. Call tf.keras.backend.experimental.enable_tf_random_generator() before "
-                "building the model (`tfrepro run --checkpoint` does)", [", ".join(legacy)])
+    def begin(self, logs: dict | None) -> None:
+        kernel_random.refuse_keras2_legacy_layers(self.model, "ReproCheckpoint")
         self.stored = storage.latest(self.owner.directory)
         if self.stored is not None:
             self._resume(self.stored)
+            self._set_aside(logs)
         train_function = self.model.train_function
         while isinstance(getattr(train_function, "__self__", None), _Run):  # left by a fit that raised
             train_function = train_function.__self__.original_train_function
@@ -180,12 +183,14 @@ class _Run:
 
     def _resume(self, stored: storage.Stored) -> None:
         manifest = stored.manifest
-        model_state.build_optimizer(self.model)
+        model_state.build_optimizer(self.model.optimizer, self.model.trainable_variables)
         slots = model_state.slots(self.model)
         problems = _environment_mismatch(manifest, self.model, self.owner.params)
         problems += model_state.mismatch(manifest["variables"], slots, ("model", "generators", "optimizer"))
         if problems:
-            raise CheckpointError(f"{stored.path} does not fit this training run", problems)
+            unbuilt = "" if getattr(self.model, "built", True) else \
+                " (the model is not built: build it before fit, e.g. by calling it on a batch, so that its variables exist)"
+            raise CheckpointError(f"{stored.path} does not fit this training run{unbuilt}", problems)
         self._assign(slots, ("model", "generators", "optimizer"))
         self.target = (stored.epoch, stored.batch)
         self.trained = int(manifest["position"]["trained"])
@@ -196,12 +201,23 @@ class _Run:
         else:
             self.rng_pending = self.rest_pending = True
         self.owner.restored_from = stored.path
-        log.info("tfrepro: resuming from %s (epoch %d, batch %d)", stored.path, *self.target)
+        log.info("tfrepro: resumed from %s: epoch %d, batch %d, %d batches trained%s", stored.path, *self.target,
+                 self.trained, " (the run had ended: nothing to train)" if self.finished else "")
+
+    def _set_aside(self, logs: dict | None) -> None:
+        """From ``on_train_begin`` on, alone in Keras's list while a resume replays: the others see no
+        replayed epoch (nor print one). Those after this one in the list still get this hook."""
+        position = next(i for i, c in enumerate(self.fit_callbacks) if c is self.owner)
+        after = self.fit_callbacks[position + 1:]
+        self.fit_callbacks[:] = [self.owner]  # Keras's loop over the list, now here, ends with this callback
+        self.set_aside = True
+        for callback in after:
+            callback.on_train_begin(logs)
 
     def _assign(self, slots: list[model_state.Slot], groups: tuple[str, ...]) -> None:
         for index, slot in enumerate(slots):
             if slot.group in groups:
-                slot.variable.assign(_saved_value(self.stored, index))
+                slot.variable.assign(model_state.saved_value(self.stored, index))
 
     # during fit ----------------------------------------------------------------------------------
     @property
@@ -219,7 +235,7 @@ class _Run:
         end = batch + 1 if not steps else min(batch + 1, steps)  # Keras 3 overshoots a short last execution
         if self.replaying:
             if (self.epoch, end) == self.target:
-                self._restore_rngs()  # where the checkpoint took them
+                self._restore_random_state()  # where the checkpoint took it
             return
         done = end - self.batch
         self.batch = end
@@ -236,7 +252,7 @@ class _Run:
     def epoch_end(self, epoch: int) -> None:
         if self.replaying:
             if (epoch + 1, 0) == self.target:
-                self._restore_rngs()
+                self._restore_random_state()
             return
         self.epoch, self.batch = epoch + 1, 0
         if self.owner.every == "epoch" or self.save_at_epoch_end:
@@ -248,12 +264,14 @@ class _Run:
             return self.original_train_function(iterator)  # left by a fit that raised: not ours
         if self.first_call is None:
             self.first_call = (self.epoch, self.batch)
-            # Last in Keras's list, so that a save sees the other callbacks' state after the same hook;
-            # alone in it while batches are replayed or a finished run is passed through.
-            self.fit_callbacks[:] = [self.owner] if self.replaying or self.finished else [*self.others, self.owner]
+            if not self.set_aside:  # last in Keras's list, so that a save sees the others' state after the same hook
+                self.fit_callbacks[:] = [*self.others, self.owner]
+            if not self.finished:
+                self._refuse_kernel_random_state(iterator)
         if self.finished:  # the checkpointed run had ended: train nothing
             self.model.stop_training = True
             self._draw(iterator, 1)  # Keras reads the metrics at the epoch's end: build them
+            self._restore_random_state()
             return dict(self.last_logs)
         if self.replaying:  # draw the batches the checkpointed run drew, and train none
             steps = self.owner.params.get("steps")
@@ -272,7 +290,8 @@ class _Run:
 
     def _build_metrics(self, batch: Any) -> None:
         """Build the compiled metrics (Keras builds them in the first training step, which a replay
-        does not run) on one batch in inference mode, which draws no random number, then reset them."""
+        does not run) on one batch in inference mode, then reset them. What the call draws (a layer
+        that samples in inference too) is undone by ``_restore_random_state``."""
         self.metrics_built = True
         x, y, sample_weight = (*batch, None, None)[:3] if isinstance(batch, tuple) else (batch, None, None)
         try:
@@ -284,15 +303,36 @@ class _Run:
                  "means may restart at the resumed batch, the weights are unaffected")
         self.model.reset_metrics()
 
-    def _restore_rngs(self) -> None:
+    def _refuse_kernel_random_state(self, iterator: Any) -> None:
+        """Before the first batch (replayed or trained): a train step whose random ops keep their state in
+        TF's kernels cannot resume exactly, so this run is refused before it writes a checkpoint."""
+        spec = getattr(iterator, "element_spec", None)
+        try:
+            if spec is None:
+                raise TypeError(f"{type(iterator).__name__} has no element_spec")
+            found = kernel_random.train_step_findings(self.model, spec)
+        except Exception as exc:  # a step that cannot be traced alone (a distribution strategy, say)
+            warn(f"ReproCheckpoint could not trace the train step to check it for TF's stateful random ops "
+                 f"({type(exc).__name__}: {exc}); if it calls any (tf.random.normal, tf.nn.dropout, ...), a resume "
+                 "draws other numbers")
+            return
+        if found:
+            raise CheckpointError(kernel_random.refusal(found, "ReproCheckpoint"),
+                                  found if len(found) > 1 else None)
+
+    def _restore_random_state(self) -> None:
+        """At the checkpoint's position: every RNG, and the model's variables (generators and
+        SeedGenerators among them), as saved, undoing what building the metrics and replayed
+        validation drew."""
         self.rng_pending = False
+        self._assign(model_state.slots(self.model), ("model", "generators"))
         seeding.set_rng_state(self.stored.manifest["rng"])
 
     def _rejoin(self) -> None:
         """At the checkpoint's batch: the metrics' running totals, the other callbacks and their state."""
         self.rest_pending = False
         if self.rng_pending:  # nothing was replayed
-            self._restore_rngs()
+            self._restore_random_state()
         slots = model_state.slots(self.model)
         if self.batch > 0:  # mid-epoch: the epoch's running totals (at batch 0 Keras has just reset them)
             if model_state.mismatch(self.stored.manifest["variables"], slots, ("metrics",)):
@@ -309,11 +349,9 @@ class _Run:
         # run; mid-epoch the saved one already includes what on_epoch_begin did to it.
         if self.batch == 0:
             self._assign(slots, ("optimizer",))
-        for callback in self.others:
-            if self.epoch != self.first_call[0]:
-                callback.on_epoch_begin(self.epoch)
-            if (self.epoch, self.batch) != self.first_call:
-                callback.on_train_batch_begin(self.batch)
+        for callback in self.others:  # set aside since on_train_begin, they saw neither hook of this batch
+            callback.on_epoch_begin(self.epoch)
+            callback.on_train_batch_begin(self.batch)
         if self.batch > 0:
             self._assign(slots, ("optimizer",))
 
@@ -336,7 +374,7 @@ class _Run:
         }
         path = storage.write(self.owner.directory, manifest, members, self.owner.keep)
         self.saved_since_last_batch = True
-        log.info("tfrepro: checkpoint %s", path)
+        log.debug("tfrepro: checkpoint %s", path)
 
     def end(self) -> None:
         if self.model.train_function == self._train_function:
@@ -350,13 +388,6 @@ class _Run:
 
 
 # helpers ------------------------------------------------------------------------------------------
-def _saved_value(stored: storage.Stored, index: int) -> Any:
-    entry = stored.manifest["variables"][index]
-    tf = _tf.import_tf()
-    dtype = tf.as_dtype(entry["dtype"]).as_numpy_dtype
-    return storage.array_from(stored.members[f"variable/{index}"], dtype, entry["shape"])
-
-
 def _steps_per_execution(model: Any) -> int:
     value = getattr(model, "steps_per_execution", None) if _KERAS3 else getattr(model, "_steps_per_execution", None)
     return 1 if value is None else int(value.numpy() if hasattr(value, "numpy") else value)
@@ -371,22 +402,14 @@ def _is_number(value: Any) -> bool:
 
 
 def _environment(model: Any, params: dict[str, Any]) -> dict[str, Any]:
-    tf = _tf.import_tf()
-    return {"keras": keras.__name__, "keras_version": keras.__version__, "tensorflow": tf.__version__,
-            "model": type(model).__name__, "optimizer": type(model.optimizer).__name__,
-            "steps_per_epoch": params.get("steps"), "steps_per_execution": _steps_per_execution(model),
-            "seed": state.active_seed()}
+    return {**storage.environment(), "model": type(model).__name__, "optimizer": type(model.optimizer).__name__,
+            "steps_per_epoch": params.get("steps"), "steps_per_execution": _steps_per_execution(model)}
 
 
 def _environment_mismatch(manifest: dict[str, Any], model: Any, params: dict[str, Any]) -> list[str]:
     """What makes the checkpoint unusable here (a list of lines); warns of what may change bits."""
-    saved, here = manifest["environment"], _environment(model, params)
-    problems = []
-    for key in ("keras", "model", "optimizer", "steps_per_epoch", "steps_per_execution", "seed"):
-        if saved.get(key) != here[key] and not (key == "steps_per_epoch" and None in (saved.get(key), here[key])):
-            problems.append(f"{key.replace('_', ' ')}: checkpoint {saved.get(key)!r}, this run {here[key]!r}")
-    for key, name in (("tensorflow", "TensorFlow"), ("keras_version", "Keras")):
-        if saved.get(key) != here[key]:
-            warn(f"the checkpoint was taken under {name} {saved.get(key)}, this is {here[key]}: kernels may differ, "
-                 "and so may the bits")
-    return problems
+    saved, here = dict(manifest["environment"]), _environment(model, params)
+    if None in (saved.get("steps_per_epoch"), here["steps_per_epoch"]):  # unknown on one side: not compared
+        saved["steps_per_epoch"] = here["steps_per_epoch"]
+    return storage.environment_problems(saved, here, ("keras", "model", "optimizer", "steps_per_epoch",
+                                                      "steps_per_execution", "seed"))

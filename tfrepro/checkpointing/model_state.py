@@ -1,10 +1,12 @@
 """Everything in a Keras model that training changes, as named groups of variables.
 
 Groups: ``model`` (weights, and in Keras 3 every SeedGenerator state: Dropout, random layers),
-``generators`` (Keras 2: each random layer's ``tf.random.Generator``), ``optimizer`` (iterations,
-slots, the learning rate), ``metrics`` (the running totals behind Keras's batch logs). The order is
-the order Keras gives, which is the same for the same model code in every process; names are only
-for messages (Keras numbers layers per process: ``dense_1`` here may be ``dense`` there).
+``generators`` (every other variable reachable from the model through its object graph, as
+``tf.train.Checkpoint`` walks it: Keras 2 random layers' ``tf.random.Generator``s, a generator or a
+plain ``tf.Variable`` a layer owns), ``optimizer`` (iterations, slots, the learning rate),
+``metrics`` (the running totals behind Keras's batch logs). The order is the order Keras and the
+object graph give, which is the same for the same model code in every process; names are only for
+messages (Keras numbers layers per process: ``dense_1`` here may be ``dense`` there).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from tfrepro import _tf
 
 GROUPS = ("model", "generators", "optimizer", "metrics")
 
@@ -49,15 +53,15 @@ def _layers(model: Any) -> list[Any]:
     return list(flatten(include_self=True, recursive=True)) if flatten is not None else [model]
 
 
-def build_optimizer(model: Any) -> None:
-    """Create the optimizer's slots now, as its first step would, so that they can be restored."""
-    optimizer = model.optimizer
+def build_optimizer(optimizer: Any, trainable: list[Any]) -> None:
+    """Create a Keras optimizer's slots for ``trainable`` now, as its first step on them would, so
+    that they can be restored. Anything else, or an optimizer already built, is left alone."""
     if optimizer is None or getattr(optimizer, "built", False) or getattr(optimizer, "_built", False):
         return
-    if hasattr(optimizer, "build"):
-        optimizer.build(model.trainable_variables)
+    if hasattr(optimizer, "build") and hasattr(optimizer, "apply_gradients"):
+        optimizer.build(trainable)
     elif hasattr(optimizer, "_create_all_weights"):  # Keras 2's legacy optimizers
-        optimizer._create_all_weights(model.trainable_variables)
+        optimizer._create_all_weights(trainable)
 
 
 def _optimizer_variables(optimizer: Any) -> list[Any]:
@@ -79,22 +83,86 @@ def _keras2_generators(model: Any) -> list[Any]:
     return found
 
 
+def _is_variable(obj: Any) -> bool:
+    tf = _tf.import_tf()
+    if isinstance(obj, tf.Variable):
+        return True
+    variable_class = getattr(_tf.keras_module(), "Variable", None)  # Keras 3's, which wraps a tf.Variable
+    return isinstance(variable_class, type) and isinstance(obj, variable_class)
+
+
+def _children(obj: Any) -> dict[str, Any]:
+    tf = _tf.import_tf()
+    view = getattr(tf.train, "TrackableView", None)
+    if view is not None:
+        return dict(view.children(obj))
+    return dict(obj._trackable_children("checkpoint"))  # what TrackableView reads, before TF 2.10
+
+
+def graph_variables(root: Any) -> list[tuple[str, Any]]:
+    """Every variable reachable from ``root`` through its object graph, breadth first, as
+    ``tf.train.Checkpoint`` walks it, each once with its path (``layer/generator/state``). Keras 3
+    SeedGenerators are not in that graph: a Keras 3 layer lists their states in ``variables``."""
+    seen = {id(root)}
+    queue: list[tuple[str, Any]] = [("", root)]
+    found = []
+    for path, obj in queue:
+        if _is_variable(obj):
+            found.append((path, obj))
+            continue
+        try:
+            children = _children(obj)
+        except (AttributeError, TypeError):  # not trackable
+            continue
+        for name, child in children.items():
+            if id(child) not in seen:
+                seen.add(id(child))
+                queue.append((f"{path}/{name}" if path else name, child))
+    return found
+
+
+def variables_of(root: Any) -> list[tuple[str, Any]]:
+    """All the state of ``root`` that a resume must restore, each variable once: its own
+    ``variables`` (a Keras model's or layer's include Keras 3 SeedGenerator states), its Keras 2
+    random layers' generators, then the rest of its object graph (``graph_variables``)."""
+    listed = getattr(root, "variables", None)
+    listed = listed() if callable(listed) else listed
+    own = [(_name(v), v) for v in ([root] if _is_variable(root) else list(listed or []))]
+    if hasattr(root, "_flatten_layers"):
+        own += [(_name(v), v) for v in _keras2_generators(root)]
+    seen: set[int] = set()
+    found = []
+    for name, variable in [*own, *graph_variables(root)]:
+        if id(variable) not in seen:
+            seen.add(id(variable))
+            found.append((name, variable))
+    return found
+
+
 def slots(model: Any) -> list[Slot]:
     """The variables of every group, each once."""
     groups = {
-        "model": list(model.variables),
-        "generators": _keras2_generators(model),  # Keras 3 layers have none: their seeds are in `variables`
-        "optimizer": [] if model.optimizer is None else _optimizer_variables(model.optimizer),
-        "metrics": [v for metric in model.metrics for v in metric.variables],
+        "model": [(_name(v), v) for v in model.variables],
+        "optimizer": [] if model.optimizer is None else [(_name(v), v) for v in _optimizer_variables(model.optimizer)],
+        "metrics": [(_name(v), v) for metric in model.metrics for v in metric.variables],
     }
+    taken = {id(v) for listed in groups.values() for _, v in listed}
+    groups["generators"] = [(n, v) for n, v in variables_of(model) if id(v) not in taken]
     seen: set[int] = set()
     found = []
     for group in GROUPS:
-        for variable in groups[group]:
+        for name, variable in groups[group]:
             if id(variable) not in seen:
                 seen.add(id(variable))
-                found.append(Slot(group, _name(variable), variable))
+                found.append(Slot(group, name, variable))
     return found
+
+
+def saved_value(stored: Any, index: int) -> np.ndarray:
+    """Variable ``index`` of a checkpoint read back (``storage.Stored``), as an array of its dtype."""
+    entry = stored.manifest["variables"][index]
+    dtype = _tf.import_tf().as_dtype(entry["dtype"]).as_numpy_dtype
+    return np.frombuffer(stored.members[f"variable/{index}"], dtype=dtype).reshape(entry["shape"])
 
 
 def values(found: list[Slot]) -> list[np.ndarray]:

@@ -4,13 +4,16 @@ script, so that running the same command again after a crash resumes exactly.
 The parent adds ``CheckpointOptions.to_env()`` to the child's environment and starts it through this
 module's ``main``, which wraps the launcher's bootstrap. The K-th ``fit`` of the script checkpoints to
 ``DIR/fit-K`` (K = 0, 1, ...); a ``fit`` that already has a ``ReproCheckpoint`` is left alone. Keras 2
-random layers are switched to ``tf.random.Generator``s first, whose state a checkpoint can hold.
+random layers are switched to ``tf.random.Generator``s first, whose state a checkpoint can hold. A
+``tfrepro.LoopCheckpoint`` made without a directory checkpoints to ``DIR/loop-K``. What a resume loaded
+is one line on stderr; so is a run that checkpointed nothing (no ``fit``, no ``LoopCheckpoint``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -24,6 +27,10 @@ from tfrepro.launching import bootstrap
 from tfrepro.proof.fit_recording import each_fit
 
 _ENV = {"directory": "TFREPRO_CHECKPOINT_DIR", "every": "TFREPRO_CHECKPOINT_EVERY", "keep": "TFREPRO_CHECKPOINT_KEEP"}
+NOTHING_CHECKPOINTED = (
+    "tfrepro run --checkpoint: nothing was checkpointed: the script never called Model.fit and made no "
+    "tfrepro.LoopCheckpoint, so a rerun starts from scratch; in a custom training loop, use "
+    "tfrepro.LoopCheckpoint (README: Resume exactly). The exit code is the script's own")
 
 
 @dataclass(frozen=True)
@@ -58,12 +65,29 @@ class CheckpointOptions:
         return cls(environ[_ENV["directory"]], environ.get(_ENV["every"], "epoch"), int(environ.get(_ENV["keep"], "3")))
 
 
+def run_options() -> CheckpointOptions | None:
+    """The options of the ``tfrepro run --checkpoint`` this process runs under, or None."""
+    return CheckpointOptions.from_env() if _ENV["directory"] in os.environ else None
+
+
 def main(argv: list[str]) -> None:
     """The child's entry point (see ``tfrepro.launching.command.bootstrap_code``). A checkpoint that
     does not fit the script is a user error: one line on stderr, exit 1, no traceback."""
     options = CheckpointOptions.from_env()
     sys.excepthook = functools.partial(_one_line_for_checkpoint_errors, sys.excepthook)
-    bootstrap.main(argv, around=lambda: checkpoint_fits(options))
+    handler = logging.StreamHandler(sys.stderr)  # what a resume loaded: one line
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("tfrepro.checkpointing")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    fits: list[int] = []
+    try:
+        bootstrap.main(argv, around=lambda: checkpoint_fits(options, fits))
+    finally:
+        loops = sys.modules.get("tfrepro.checkpointing.loop")
+        if not fits and not (loops is not None and loops.made()):
+            print(NOTHING_CHECKPOINTED, file=sys.stderr)
 
 
 def _one_line_for_checkpoint_errors(default: Any, kind: type[BaseException], error: BaseException,
@@ -75,9 +99,10 @@ def _one_line_for_checkpoint_errors(default: Any, kind: type[BaseException], err
 
 
 @contextlib.contextmanager
-def checkpoint_fits(options: CheckpointOptions) -> Iterator[list[Path]]:
+def checkpoint_fits(options: CheckpointOptions, fits: list[int] | None = None) -> Iterator[list[Path]]:
     """While active, every ``Model.fit`` without a ``ReproCheckpoint`` gets one, in
-    ``DIRECTORY/fit-K``. Yields the folders, which grow as fits run."""
+    ``DIRECTORY/fit-K``. Yields the folders, which grow as fits run; ``fits``, if given, gets one
+    entry per ``fit`` called."""
     from tfrepro.checkpointing.callback import ReproCheckpoint  # imports Keras
 
     keras = _tf.keras_module()
@@ -86,6 +111,8 @@ def checkpoint_fits(options: CheckpointOptions) -> Iterator[list[Path]]:
     folders: list[Path] = []
 
     def add(callbacks: list[Any]) -> Any:
+        if fits is not None:
+            fits.append(len(fits))
         if any(isinstance(c, ReproCheckpoint) for c in callbacks):
             return None
         folders.append(Path(options.directory) / f"fit-{len(folders)}")

@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from tfrepro import _tf
 from tfrepro._files import TEMPORARY_SUFFIX, atomic_file
+from tfrepro.determinism import state
 from tfrepro.errors import warn
 
 FORMAT = "tfrepro.checkpoint/1"
@@ -124,6 +126,34 @@ def latest(directory: Path) -> Stored | None:
         except ValueError as exc:
             warn(f"skipping checkpoint {path}: {exc}; using the one before it")
     return None
+
+
+def check_schedule(every: Any, keep: Any) -> None:
+    """The save schedule a checkpointer takes: ``every`` "epoch" or a positive number of batches,
+    ``keep`` a positive number of files. Raises ValueError otherwise."""
+    if not (every == "epoch" or (isinstance(every, int) and not isinstance(every, bool) and every >= 1)):
+        raise ValueError(f'every must be "epoch" or a positive number of batches; got {every!r}')
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ValueError(f"keep must be a positive int; got {keep!r}")
+
+
+def environment() -> dict[str, Any]:
+    """What a checkpoint records of the software it was taken under, and the ``tfrepro.patch`` seed."""
+    keras = _tf.keras_module()
+    return {"keras": keras.__name__, "keras_version": keras.__version__, "tensorflow": _tf.import_tf().__version__,
+            "seed": state.active_seed()}
+
+
+def environment_problems(saved: Mapping[str, Any], here: Mapping[str, Any], exact: tuple[str, ...]) -> list[str]:
+    """How a checkpoint's ``environment`` differs from this run's in the ``exact`` keys (one line
+    each: the checkpoint is unusable); another TensorFlow or Keras version only warns."""
+    problems = [f"{key.replace('_', ' ')}: checkpoint {saved.get(key)!r}, this run {here[key]!r}"
+                for key in exact if saved.get(key) != here[key]]
+    for key, name in (("tensorflow", "TensorFlow"), ("keras_version", "Keras")):
+        if saved.get(key) != here[key]:
+            warn(f"the checkpoint was taken under {name} {saved.get(key)}, this is {here[key]}: kernels may differ, "
+                 "and so may the bits")
+    return problems
 
 
 def array_bytes(value: np.ndarray) -> bytes:

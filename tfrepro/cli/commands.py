@@ -151,13 +151,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comparison = compare(args.a, args.b)
     except (OSError, TraceError) as exc:
         return _fail("compare", str(exc))
+    if not comparison.comparable:
+        return _fail("compare", f"not comparable: {args.a} and {args.b} are traces of different models: "
+                                f"{comparison.mismatch_summary}")
     rendering.show(rendering.comparison_view(comparison), str(comparison))
     if args.plot:
         from tfrepro.plotting.figures import plot_runs
 
         _save_figure(lambda: plot_runs([args.a, args.b], metric=args.metric or "loss", labels=["A", "B"]), args.plot)
-    if not comparison.comparable:
-        return ExitCode.USAGE
     return ExitCode.OK if comparison.identical else ExitCode.DIVERGED
 
 
@@ -169,7 +170,7 @@ def _check_exit_code(result: CheckResult) -> ExitCode:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from tfrepro.cli import rendering
-    from tfrepro.launching.checking import check
+    from tfrepro.launching.checking import RunInterrupted, check
 
     config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops,
                           patch=not args.no_patch, gradients=args.gradients)
@@ -178,9 +179,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.runs < 2:
         raise LaunchError(f"--runs must be at least 2 to compare runs; got {args.runs}")
     out = _out_dir(args.out, "tfrepro-check-")
-    result = rendering.with_progress(f"tfrepro check: {args.runs} runs", args.runs,
-                                     lambda on_run: check(command, runs=args.runs, config=config, out=out,
-                                                          on_run=on_run))
+    try:
+        result = rendering.with_progress(f"tfrepro check: {args.runs} runs", args.runs,
+                                         lambda on_run: check(command, runs=args.runs, config=config, out=out,
+                                                              on_run=on_run))
+    except RunInterrupted as interrupted:
+        print(f"tfrepro check: interrupted: {interrupted}; rerun the same tfrepro check to start over",
+              file=sys.stderr)
+        return ExitCode.INTERRUPTED
     rendering.print_check(result, out, diagnose_with=_doctor_command(args, command))
     return _check_exit_code(result)
 

@@ -203,6 +203,11 @@ def print_sweep(result: SweepResult, out: Path | None) -> None:
         out_console.print(str(result.summary()), markup=False, highlight=False)
     if result.source:
         out_console.print(f"metric: {result.source}", markup=False, highlight=False)
+    if result.skipped:
+        from tfrepro.sweeps.running import format_seeds
+
+        out_console.print(f"skipped seed{'s' if len(result.skipped) > 1 else ''} {format_seeds(result.skipped)}: "
+                          f"finished earlier in {out} with the same command and options", markup=False, highlight=False)
     if result.failed:
         out_console.print(Text(f"{len(result.failed)} seed(s) gave no value: "
                                + ", ".join(str(run.seed) for run in result.failed), style="bold red"))

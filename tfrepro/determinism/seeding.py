@@ -4,19 +4,39 @@
 determinism switches (``tfrepro.patch`` does both). ``rng_state``/``set_rng_state`` capture and
 restore those generators exactly, as JSON-serialisable data. ``derive_seed`` makes stable
 per-worker / per-epoch seeds.
+
+What seed S means. Every entry point applies this one definition: ``tfrepro.patch(S)`` as the
+script's first line, ``tfrepro run --seed S``, each run of ``tfrepro check --seed S``, seed S of
+``tfrepro sweep``, ``tfrepro doctor --seed S`` and ``tfrepro run --checkpoint``. So a script and a
+seed make one computation, whichever of them runs it:
+
+- Python's ``random`` and NumPy's global RNG start from S, as if seeded on the script's first line.
+  Importing TensorFlow never moves them (TF's import draws from Python's ``random``: the launcher
+  puts it back, and ``patch`` seeds after importing TF).
+- TensorFlow: global seed S (``tf.random.set_seed``), a global ``tf.random.Generator`` from S.
+- Keras, whenever it is imported: Keras 3's global ``SeedGenerator`` starts afresh; Keras 2's
+  internal seed generator is cleared, so layer seeds come from Python's ``random`` as in Keras 3,
+  and Keras 2's random layers draw from ``tf.random.Generator``s (``enable_tf_random_generator``),
+  whose state a checkpoint can hold.
+- ``PYTHONHASHSEED=S`` (set before the interpreter starts by the launcher; ``patch`` sets it for
+  subprocesses).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
 import numbers
 import random
+import sys
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 from tfrepro import _tf
+from tfrepro._import_hooks import call_after_import
 
 MAX_SEED = 2**32 - 1
 RngState = dict[str, Any]
@@ -68,9 +88,7 @@ def seed_everything(seed: int) -> int:
     """Seed Python ``random``, NumPy's global RNG, TensorFlow and every loaded Keras.
 
     TensorFlow (if installed) gets its global seed and a fresh global ``tf.random.Generator``
-    from ``seed``. Keras 3 gets its global ``SeedGenerator`` reset, so it is recreated from the
-    seeded Python RNG; Keras 2 gets its internal generator reseeded. A Keras that is not yet
-    imported needs nothing: it draws its layer seeds from Python ``random``.
+    from ``seed``; Keras, loaded now or later, what the module doc says seed S means.
 
     Does not touch determinism switches or ``PYTHONHASHSEED``. Returns the seed.
     Not covered: ``numpy.random.default_rng()`` generators you create yourself.
@@ -83,33 +101,60 @@ def seed_everything(seed: int) -> int:
 
 
 def seed_frameworks(seed: int) -> None:
-    """The TensorFlow and Keras part of ``seed_everything`` (imports TensorFlow if installed).
-    Python's and NumPy's global RNGs are left as they were."""
+    """The TensorFlow and Keras part of ``seed_everything`` (imports TensorFlow if installed, with
+    Python's and NumPy's RNGs kept where they were). A Keras imported later is seeded when it loads
+    (see the module doc), so the moment of its import does not matter."""
     if _tf.installed_tf_version() is not None:
-        tf = _tf.import_tf()
+        with preserving_host_rngs():
+            tf = _tf.import_tf()
         tf.random.set_seed(seed)
         tf.random.set_global_generator(tf.random.Generator.from_seed(seed))
-    for keras in _tf.loaded_kerases():
-        import numpy as np  # Keras imports it anyway
+    # Keras 3 imports TensorFlow halfway through its own import, and Keras 2 keeps its RNG switch in
+    # its backend module: hooking the backend modules reaches every Keras, whenever it loads.
+    call_after_import({name: _seed_keras_backend for name in _KERAS_BACKENDS})
 
-        python, numpy = random.getstate(), np.random.get_state()
-        _seed_keras(keras, seed)  # keras.utils.set_random_seed seeds Python and NumPy too: undo that
+
+# Where Keras keeps its own seed state: Keras 3 and tf_keras in `src.backend` (Keras 3's global
+# SeedGenerator in `src.backend.common.global_state`), the Keras 2 of TF 2.12 in `backend`.
+_KERAS_BACKENDS = ("keras.src.backend", "keras.backend", "tf_keras.src.backend")
+
+
+def _seed_keras_backend(backend: ModuleType) -> None:
+    """Keras's part of seed S (see the module doc), given its backend module."""
+    enable = getattr(backend, "enable_tf_random_generator", None)
+    if enable is not None:  # Keras 2
+        enable()
+        holder = getattr(backend, "_SEED_GENERATOR", None)
+        if holder is not None:  # keras.utils.set_random_seed sets it; cleared, seeds come from Python's random
+            holder.generator = None
+        return
+    global_state = _keras3_global_state_of(backend.__name__.split(".")[0])
+    if global_state is not None:
+        global_state.set_global_attribute("global_seed_generator", None)
+
+
+@contextlib.contextmanager
+def preserving_host_rngs() -> Iterator[None]:
+    """Python's ``random`` (and NumPy's global RNG, if NumPy is loaded) come back to where they were
+    on entry: TensorFlow's import draws from Python's ``random``."""
+    python = random.getstate()
+    numpy = sys.modules.get("numpy")
+    numpy_state = numpy.random.get_state() if numpy is not None else None
+    try:
+        yield
+    finally:
         random.setstate(python)
-        np.random.set_state(numpy)
-
-
-def _seed_keras(keras: ModuleType, seed: int) -> None:
-    keras.utils.set_random_seed(seed)  # Python, NumPy, TF, and Keras 2's internal generator.
-    if _tf.keras_major(keras) >= 3:
-        # keras.utils.set_random_seed resets the global SeedGenerator only from Keras 3.13.
-        global_state = _keras3_global_state(keras)
-        if global_state is not None:
-            global_state.set_global_attribute("global_seed_generator", None)
+        if numpy_state is not None:
+            numpy.random.set_state(numpy_state)
 
 
 def _keras3_global_state(keras: ModuleType) -> ModuleType | None:
+    return _keras3_global_state_of(keras.__name__)
+
+
+def _keras3_global_state_of(keras_name: str) -> ModuleType | None:
     try:
-        return importlib.import_module(f"{keras.__name__}.src.backend.common.global_state")
+        return importlib.import_module(f"{keras_name}.src.backend.common.global_state")
     except ImportError:
         return None
 

@@ -1,21 +1,26 @@
-"""The dynamic bisection: one training step, repeated from the same state, compared bit for bit.
+"""The dynamic bisection: the model's own training step, repeated from the same state, compared bit
+for bit.
 
-Each repeat restores the model's variables, the optimizer's, the metrics', Keras's seed generator
-states and every RNG (``rng_state``), traces the step afresh (so stateful random kernels restart
-from their seeds too), and runs forward, loss, backward and the optimizer update on the same
-batch. Every layer call's inputs, outputs, the gradients arriving at its outputs and leaving at its
-inputs, each weight's gradient, the loss and each updated variable are fingerprinted on the device
-(``tfrepro.proof.fingerprints``: 8 bytes each leave it). A layer *varied by itself* when something
-it produced varied while everything it received was identical: its output in the forward pass, or
-its gradients (to its inputs or its own weights) in the backward pass. Layers that varied because
-what they received varied are *downstream*. Findings come in execution order: forward (by
-completion), the loss, backward (reverse), the optimizer. Afterwards every variable and RNG is
-back where it was.
+Each repeat restores every variable the step can change and every RNG (``restoring.Snapshot``),
+traces ``model.train_step`` afresh (so stateful random kernels restart from their seeds too; a custom
+step runs as written, with its own losses, metrics and updates) and runs it on the same batch, as
+``fit`` hands it over. Fingerprinted on the device (``tfrepro.proof.fingerprints``: 8 bytes each
+leave it): every layer call's tensor inputs and outputs (integer and boolean ones too), the gradients
+arriving at its outputs and leaving at its inputs (``layer_calls``), each loss a tape
+differentiates, each variable's gradient from the tape and as handed to an optimizer, what each
+metric receives (``recording``), the logs the step returns, and every variable's value after the
+step. Something *varied by itself* when it produced a difference from identical input: a layer's
+output or variable update in the forward pass, its gradients with identical inputs and incoming
+gradient in the backward pass; the step's own code when the gradients it hands the optimizer
+differ from identical ones off the tape; the optimizer when an update differs from identical
+gradients; a metric when its state differs from identical input. What varied because what it
+received varied is *downstream*. Findings come in execution order: forward (by completion), the
+loss, backward (reverse), the step's own code, the optimizer, the metrics. Afterwards every
+variable and RNG is back where it was.
 """
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,125 +29,166 @@ from typing import Any
 import numpy as np
 
 from tfrepro import _tf
-from tfrepro.determinism.seeding import rng_state, set_rng_state
+from tfrepro.diagnosis import recording, restoring
 from tfrepro.diagnosis.batches import Batch
 from tfrepro.diagnosis.findings import Finding
-from tfrepro.diagnosis.layer_calls import Layer, LayerCall, LayerCalls, floating
+from tfrepro.diagnosis.layer_calls import Layer, LayerCall, LayerCalls, fingerprintable
 from tfrepro.diagnosis.scanning import xla_compiled
 from tfrepro.ops import kernel_facts
 from tfrepro.proof.fingerprints import gradient_fingerprints
 
-
 _SUFFIX = re.compile(r"_\d+$")
+_CALL_KINDS = ("input", "output", "input gradient", "output gradient")
 
 
 @dataclass(frozen=True)
 class Item:
-    """One fingerprinted tensor: ``kind`` is "input", "output", "input gradient", "output gradient"
-    (of call ``call``), "gradient" or "update" (of variable ``variable``), or "loss"."""
+    """One fingerprinted tensor: ``kind`` is one of ``_CALL_KINDS`` (of layer call ``call``),
+    "gradient" (from a tape), "applied gradient" (given to an optimizer) or "state" (after the step)
+    of variable ``key`` (its ``tf.Variable``'s id), "metric input" (of metric ``key``), "loss" or
+    "log" (``name``)."""
 
     kind: str
     call: int | None = None
-    variable: str | None = None
+    key: int | None = None
+    name: str | None = None
 
 
-def _plain(tf: Any, variable: Any) -> Any:
-    """The ``tf.Variable`` behind a Keras 3 variable (Keras 2's are ``tf.Variable``s already)."""
-    return variable if isinstance(variable, tf.Variable) else getattr(variable, "value", variable)
+@dataclass(frozen=True)
+class Owner:
+    """Who changes a variable: "layer" (``layer``), "metric" (number ``metric``), "optimizer" or "step"
+    (the train step's own code: a variable no layer, metric or optimizer holds)."""
+
+    kind: str
+    layer: Layer | None = None
+    metric: int | None = None
 
 
-def _listed(value: Any) -> list[Any]:
-    return list(value() if callable(value) else value or [])
+class _Variables:
+    """The variables a step can change (``restoring.Snapshot``'s), each with a name and an owner."""
+
+    def __init__(self, model: Any, spy: LayerCalls, variables: Sequence[Any], metrics: Sequence[Any],
+                 optimizers: Sequence[Any]):
+        tf = _tf.import_tf()
+        self.variables = list(variables)
+        self.metrics = list(metrics)
+        keras_names: dict[int, str] = {}
+        for listed in [model.variables, *(m.variables for m in metrics), *(o.variables for o in optimizers)]:
+            for variable in restoring._listed(listed):
+                inner = restoring.plain(tf, variable)
+                if inner is not None:
+                    keras_names.setdefault(id(inner), _name(variable))
+        metric_of: dict[int, int] = {}
+        for number, metric in sorted(enumerate(metrics), key=lambda m: -len(restoring._listed(m[1].variables))):
+            for variable in restoring._listed(metric.variables):  # the innermost (fewest variables) wins
+                metric_of[id(restoring.plain(tf, variable))] = number
+        optimized = {id(restoring.plain(tf, v)) for o in optimizers for v in restoring._listed(o.variables)}
+        layer_of: dict[int, Layer] = {}
+        for layer in spy.layers:
+            for variable in restoring._listed(getattr(layer.obj, "variables", None) or layer.obj.weights):
+                key, current = id(restoring.plain(tf, variable)), layer_of.get(id(restoring.plain(tf, variable)))
+                if current is None or _depth(layer, spy.layers) > _depth(current, spy.layers):
+                    layer_of[key] = layer
+        by_object = {id(layer.obj): layer for layer in spy.layers}
+        walked = {id(t.variable): t for t in restoring.object_graph([model])}
+        self.owner: dict[int, Owner] = {}
+        self.name: dict[int, str] = {}
+        for variable in self.variables:
+            key = id(variable)
+            short = _name(variable).split(":")[0]
+            tracked = walked.get(key)
+            holders = [(i, by_object[id(o)]) for i, o in enumerate(tracked.ancestors) if id(o) in by_object] \
+                if tracked else []
+            if key in metric_of:
+                number = metric_of[key]
+                self.owner[key] = Owner("metric", metric=number)
+                self.name[key] = f"{metrics[number].name}/{short.rsplit('/', 1)[-1]}"
+                continue
+            if key in optimized:
+                self.owner[key] = Owner("optimizer")
+            elif key in layer_of:
+                self.owner[key] = Owner("layer", layer_of[key])
+            elif holders:
+                self.owner[key] = Owner("layer", holders[-1][1])
+            else:
+                self.owner[key] = Owner("step")
+            if key in keras_names:
+                self.name[key] = keras_names[key].split(":")[0]
+            elif holders:  # e.g. a layer's tf.random.Generator: "jitter/generator"
+                index, layer = holders[-1]
+                rest = [n for n in tracked.names[index:] if not n.startswith("_")]
+                self.name[key] = "/".join([layer.path, *rest])
+            else:
+                self.name[key] = short
+
+    def names(self, keys: Sequence[int]) -> str:
+        return ", ".join(sorted(self.name.get(k, "?") for k in keys))
 
 
-def state_variables(model: Any) -> list[Any]:
-    """Every variable a training step can change: the model's (weights, batch-norm statistics, Keras
-    3 seed generator states), the optimizer's and the metrics', each once."""
-    tf = _tf.import_tf()
-    candidates = [*_listed(model.variables), *_listed(getattr(model.optimizer, "variables", []))]
-    for metric in _listed(getattr(model, "metrics", [])):
-        candidates += _listed(getattr(metric, "variables", []))
-    unique: dict[int, Any] = {}
-    for variable in candidates:
-        unique.setdefault(id(_plain(tf, variable)), variable)
-    return list(unique.values())
-
-
-def _legacy_seed_holders(layers: Sequence[Layer]) -> list[Any]:
-    """Keras 2's per-layer seed counters (``layer._random_generator._seed``, advanced on each trace)."""
-    holders = []
-    for layer in layers:
-        generator = getattr(layer.obj, "_random_generator", None)
-        if generator is not None and isinstance(getattr(generator, "_seed", None), int):
-            holders.append(generator)
-    return holders
-
-
-def _loss(model: Any, batch_x: Any, y: Any, y_pred: Any, sample_weight: Any) -> Any:
-    parameters = inspect.signature(model.compute_loss).parameters
-    kwargs = {"x": batch_x, "y": y, "y_pred": y_pred, "sample_weight": sample_weight}
-    if "training" in parameters:
-        kwargs["training"] = True
-    return model.compute_loss(**kwargs)
+def _name(variable: Any) -> str:
+    return str(getattr(variable, "path", None) or variable.name)
 
 
 class _Step:
     """One repeat's traced step. ``items`` describe the fingerprinted tensors, in order; the values
     of the items numbered in ``keep`` are returned too (to measure by how much they differ)."""
 
-    def __init__(self, model: Any, spy: LayerCalls, keep: Sequence[int] = ()):
-        self.model = model
-        self.spy = spy
+    def __init__(self, model: Any, spy: LayerCalls, state: _Variables, optimizers: Sequence[Any],
+                 keep: Sequence[int] = ()):
+        self.model, self.spy, self.state, self.optimizers = model, spy, state, list(optimizers)
         self.keep = tuple(keep)
         self.items: list[Item] = []
         self.calls: list[LayerCall] = []
+        self.unexamined: set[int] = set()  # calls whose tensors live in a loop or function of their own
 
-    def __call__(self, x: Any, y: Any, sample_weight: Any) -> tuple[Any, list[Any]]:
+    def __call__(self, data: Any) -> tuple[Any, list[Any]]:
         tf = _tf.import_tf()
-        model, optimizer = self.model, self.model.optimizer
-        with tf.GradientTape() as tape:
-            for tensor in floating(tf, x):
-                tape.watch(tensor)
-            with self.spy.recording() as calls:
-                y_pred = model(x, training=True)
-            loss = _loss(model, x, y, y_pred, sample_weight)
-            scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
+        graph = tf.compat.v1.get_default_graph()
+        with self.spy.recording(gradients=True) as calls, \
+                recording.recording(self.optimizers, self.state.metrics) as record:
+            logs = self.model.train_step(data)
         self.calls = list(calls)
-        variables = list(model.trainable_variables)
-        names = [_name(v) for v in variables]
-        inputs = [(c.start, t) for c in calls for t in c.inputs]
-        outputs = [(c.start, t) for c in calls for t in c.outputs]
-        gradients = tape.gradient(scaled, [*variables, *(t for _, t in inputs), *(t for _, t in outputs)])
-        weight_gradients = gradients[:len(variables)]
-        optimizer.apply_gradients([(g, v) for g, v in zip(weight_gradients, variables) if g is not None])
-        updated = [tf.convert_to_tensor(_plain(tf, v)) for v in variables]
+        after = [tf.convert_to_tensor(v) for v in self.state.variables]
 
         tensors: list[Any] = []
         self.items = []
+
+        def here(tensor: Any) -> bool:
+            return getattr(getattr(tensor, "values", tensor), "graph", None) is graph
 
         def add(item: Item, tensor: Any) -> None:
             self.items.append(item)
             tensors.append(tensor)
 
-        for start, tensor in inputs:
-            add(Item("input", start), tensor)
-        for start, tensor in outputs:
-            add(Item("output", start), tensor)
-        add(Item("loss"), loss)
-        for (start, _), gradient in zip(inputs, gradients[len(variables):len(variables) + len(inputs)]):
-            add(Item("input gradient", start), gradient)
-        for (start, _), gradient in zip(outputs, gradients[len(variables) + len(inputs):]):
-            add(Item("output gradient", start), gradient)
-        for name, gradient in zip(names, weight_gradients):
-            add(Item("gradient", variable=name), gradient)
-        for name, value in zip(names, updated):
-            add(Item("update", variable=name), value)
-        kept = [tf.zeros([0]) if tensors[i] is None else tf.convert_to_tensor(tensors[i]) for i in self.keep]
+        for call in self.calls:
+            own = [*call.inputs, *call.outputs]
+            if own and not any(here(t) for t in own):
+                self.unexamined.add(call.start)
+        for kind, attribute in zip(_CALL_KINDS, ("inputs", "outputs", "input_gradients", "output_gradients")):
+            for call in self.calls:
+                for tensor in getattr(call, attribute):
+                    if here(tensor):
+                        add(Item(kind, call.start), tensor)
+        for tensor in record.targets:
+            if here(tensor):
+                add(Item("loss"), tensor)
+        for kind, pairs in (("gradient", record.gradients), ("applied gradient", record.applied)):
+            for key, gradient in pairs:
+                if here(gradient):
+                    add(Item(kind, key=key), gradient)
+        for number, tensor in record.metric_inputs:
+            if here(tensor):
+                add(Item("metric input", key=number), tensor)
+        named_logs = sorted(logs.items()) if isinstance(logs, dict) else [("logs", logs)]
+        for name, value in named_logs:
+            for tensor in fingerprintable(tf, value):
+                if here(tensor):
+                    add(Item("log", name=str(name)), tensor)
+        for variable, value in zip(self.state.variables, after):
+            if value.dtype.is_floating or value.dtype.is_integer or value.dtype == tf.bool:
+                add(Item("state", key=id(variable)), value)
+        kept = [tf.convert_to_tensor(getattr(tensors[i], "values", tensors[i])) for i in self.keep]
         return gradient_fingerprints(tf, tensors), kept
-
-
-def _name(variable: Any) -> str:
-    return getattr(variable, "path", None) or variable.name
 
 
 def _max_abs_diff(a: Any, b: Any) -> float:
@@ -165,30 +211,22 @@ class _TracingVaries(Exception):
     """The step traced to different graphs in two repeats."""
 
 
-def run_repeats(model: Any, batch: Batch, spy: LayerCalls, repeats: int) -> tuple[_Step, dict[int, _Variation]]:
-    """Run the step ``repeats`` times from the same state and say which items varied (how many
-    repeats differ from the first). Only fingerprints leave the device; when something varied,
-    ``repeats`` more runs keep the values of just those items, to measure by how much. Every
-    variable and RNG is restored afterwards, also when a repeat fails."""
+def run_repeats(model: Any, batch: Batch, spy: LayerCalls, repeats: int,
+                snapshot: restoring.Snapshot) -> tuple[_Step, dict[int, _Variation]]:
+    """Run the step ``repeats`` times from the state in ``snapshot`` and say which items varied (how
+    many repeats differ from the first). Only fingerprints leave the device; when something varied,
+    ``repeats`` more runs keep the values of just those items, to measure by how much. The snapshot
+    is restored before each run and afterwards, also when a run fails."""
     tf = _tf.import_tf()
-    variables = state_variables(model)
-    saved = [np.array(v.numpy(), copy=True) for v in variables]
-    saved_rng = rng_state()
-    holders = _legacy_seed_holders(spy.layers)
-    saved_seeds = [holder._seed for holder in holders]
-
-    def restore() -> None:
-        for variable, value in zip(variables, saved):
-            variable.assign(value)
-        set_rng_state(saved_rng)
-        for holder, seed in zip(holders, saved_seeds):
-            holder._seed = seed
+    optimizers = restoring.optimizers(model)
+    state = _Variables(model, spy, snapshot.variables, restoring.metrics(model), optimizers)
 
     def run(keep: Sequence[int]) -> tuple[_Step, Any, list[Any]]:
-        restore()
-        step = _Step(model, spy, keep)
-        prints, values = tf.function(step, jit_compile=xla_compiled(model) or None)(batch.x, batch.y,
-                                                                                   batch.sample_weight)
+        snapshot.restore()
+        step = _Step(model, spy, state, optimizers, keep)
+        function = tf.function(step, jit_compile=xla_compiled(model) or None)
+        snapshot.add(function.get_concrete_function(batch.data()).graph.variables)  # any the scan did not see
+        prints, values = function(batch.data())
         return step, prints.numpy(), values
 
     try:
@@ -214,38 +252,27 @@ def run_repeats(model: Any, batch: Batch, spy: LayerCalls, repeats: int) -> tupl
                         entry.max_abs_diff = diff if entry.max_abs_diff is None or np.isnan(diff) else \
                             max(entry.max_abs_diff, diff)
     finally:
-        restore()
+        snapshot.restore()
     return first, variation
-
-
-def _owners(layers: Sequence[Layer]) -> dict[str, Layer]:
-    """Each trainable weight's innermost owning layer (the model for its own weights), by name."""
-    owner: dict[str, Layer] = {}
-    for layer in layers:
-        for weight in layer.obj.trainable_weights:
-            current = owner.get(_name(weight))
-            if current is None or _depth(layer, layers) > _depth(current, layers):
-                owner[_name(weight)] = layer
-    return owner
 
 
 def _depth(layer: Layer, layers: Sequence[Layer]) -> int:
     return -1 if layer is layers[-1] else layer.path.count("/")  # the model (last) holds every weight
 
 
-def _describe(kinds: Sequence[str]) -> str:
-    order = ("output", "input gradient", "gradient")
-    words = {"output": "its output", "input gradient": "the gradient it passes back",
-             "gradient": "its weights' gradients"}
-    return " and ".join(words[k] for k in order if k in kinds)
+def _describe(kinds: Sequence[str], updated: str = "") -> str:
+    words = {"output": "its output", "update": f"its update of {updated}", "input gradient":
+             "the gradient it passes back", "gradient": "its weights' gradients"}
+    return " and ".join(words[k] for k in ("output", "update", "input gradient", "gradient") if k in kinds)
 
 
 def _by_itself(kinds: set[str]) -> bool:
     """Whether a call that varied in ``kinds`` produced a difference from identical input: its output
-    with identical inputs, or its backward results with identical inputs, outputs and incoming gradients."""
+    or a variable update with identical inputs, or its backward results with identical inputs,
+    outputs and incoming gradients."""
     if "input" in kinds:
         return False
-    if "output" in kinds:
+    if {"output", "update"} & kinds:
         return True
     return "output gradient" not in kinds and bool({"input gradient", "gradient"} & kinds)
 
@@ -268,58 +295,117 @@ def _amount(entry: _Variation, later: int) -> str:
     return f"{entry.differing} of {later} later repeat(s) differ from the first; max |difference| {size}"
 
 
-def bisect(model: Any, batch: Batch, spy: LayerCalls, repeats: int) -> list[Finding]:
+def _worst(entries: Sequence[_Variation]) -> _Variation:
+    return max(entries, key=lambda v: v.max_abs_diff or 0.0)
+
+
+def bisect(model: Any, batch: Batch, spy: LayerCalls, repeats: int, snapshot: restoring.Snapshot) -> list[Finding]:
     """The dynamic findings (see the module doc): what varied by itself, then what varied downstream;
     or, when the step itself raised ``UnimplementedError`` under op determinism, that."""
     tf = _tf.import_tf()
     try:
-        step, variation = run_repeats(model, batch, spy, repeats)
+        step, variation = run_repeats(model, batch, spy, repeats, snapshot)
     except tf.errors.UnimplementedError as error:
         return [_raised(error, spy)]
     except _TracingVaries as error:
         return [Finding("nondeterministic", "train step", str(error), "make the code that builds the step "
                         "deterministic: seed Python's random, fix PYTHONHASHSEED (`tfrepro run`)", "dynamic")]
+    return _unexamined(step, spy) + _attribute(model, step, variation, spy, repeats - 1)
+
+
+def _examined(call: LayerCall | None, step: _Step) -> LayerCall | None:
+    """The call itself if its tensors were compared, else its nearest enclosing call whose were."""
+    while call is not None and call.start in step.unexamined:
+        call = call.parent
+    return call
+
+
+def _unexamined(step: _Step, spy: LayerCalls) -> list[Finding]:
+    """Layers whose calls happened in a loop or function of their own with no compared call around them."""
+    paths = sorted({c.layer.path for c in step.calls if c.start in step.unexamined and _examined(c, step) is None})
+    if not paths:
+        return []
+    return [Finding("not examined", path, "its calls run inside a loop or a function of their own, so its "
+                    "tensors and gradients were not compared; every variable and the step's results were", "",
+                    "dynamic") for path in paths]
+
+
+def _attribute(model: Any, step: _Step, variation: dict[int, _Variation], spy: LayerCalls,
+               later: int) -> list[Finding]:
+    """The findings for the items that varied (see the module doc)."""
     if not variation:
         return []
-    later = repeats - 1
+    state = step.state
     model_layer = spy.layers[-1]
     calls = {call.start: call for call in step.calls}
+    by_kind: dict[str, dict[Any, _Variation]] = {}
     varied: dict[int, dict[str, _Variation]] = {}  # call start -> kind -> variation
-    weights_varied: dict[str, _Variation] = {}
-    updates_varied: dict[str, _Variation] = {}
-    loss_varied = None
+
+    def mark(call: LayerCall, kind: str, entry: _Variation) -> None:
+        kinds = varied.setdefault(call.start, {})
+        kinds[kind] = _worst([kinds.get(kind, entry), entry])
+
     for index, entry in variation.items():
         item = step.items[index]
         if item.call is not None:
-            kinds = varied.setdefault(item.call, {})
-            kinds[item.kind] = max(kinds.get(item.kind, entry), entry, key=lambda v: v.max_abs_diff or 0.0)
-        elif item.kind == "gradient":
-            weights_varied[item.variable] = entry
-        elif item.kind == "update":
-            updates_varied[item.variable] = entry
+            mark(calls[item.call], item.kind, entry)
         else:
-            loss_varied = entry
-    owners = _owners(spy.layers)
-    for name, entry in weights_varied.items():  # a weight's gradient belongs to its layer's backward pass
-        layer_calls = [call for call in step.calls if call.layer is owners.get(name)]
-        receiving = [c for c in layer_calls if {"input", "output", "output gradient"} & set(varied.get(c.start, {}))]
-        for call in receiving or layer_calls[:1]:  # a shared layer varies by itself only if no call received it
-            varied.setdefault(call.start, {}).setdefault("gradient", entry)
+            group = by_kind.setdefault(item.kind, {})
+            key = item.key if item.key is not None else item.name
+            group[key] = _worst([group.get(key, entry), entry])
+    tape_gradients = by_kind.get("gradient", {})
+    applied = {item.key for item in step.items if item.kind == "applied gradient"}
+    metrics_called = {item.key for item in step.items if item.kind == "metric input"}
+
+    def layer_calls(layer: Layer, what: set[str]) -> list[LayerCall]:
+        """The examined calls of ``layer`` (or around it); those that received a difference if any did (a
+        shared layer varies by itself only if none of its calls received it)."""
+        found = {id(c): c for c in (_examined(c, step) for c in step.calls if c.layer is layer) if c is not None}
+        receiving = [c for c in found.values() if what & set(varied.get(c.start, {}))]
+        return receiving or list(found.values())[:1]
+
+    for key, entry in tape_gradients.items():  # a weight's gradient belongs to its layer's backward pass
+        owner = state.owner.get(key)
+        if owner is not None and owner.kind == "layer":
+            for call in layer_calls(owner.layer, {"input", "output", "output gradient"}):
+                mark(call, "gradient", entry)
+    step_changes: list[str] = []
+    step_entries: list[_Variation] = []
+    optimizer_changes: list[int] = []
+    metric_changes: dict[int, list[int]] = {}
+    applied_varied = by_kind.get("applied gradient", {})
+    for key, entry in by_kind.get("state", {}).items():
+        owner = state.owner[key]
+        if key in applied_varied or (owner.kind == "optimizer" and applied_varied):
+            continue  # the optimizer applied what varied
+        if owner.kind == "metric":
+            metric_changes.setdefault(owner.metric, []).append(key)
+        elif owner.kind == "optimizer" or key in applied:
+            optimizer_changes.append(key)
+        elif owner.kind == "layer" and layer_calls(owner.layer, {"input"}):
+            for call in layer_calls(owner.layer, {"input"}):
+                mark(call, "update", entry)
+        else:
+            step_changes.append(state.name[key])
+            step_entries.append(entry)
 
     origins = [calls[start] for start, kinds in varied.items() if _by_itself(set(kinds))]
     inner = {id(c) for c in origins if not any(o is not c and o.within(c) for o in origins)}
     events: list[tuple[tuple[int, int], Finding]] = []
     for start, kinds in varied.items():
         call = calls[start]
-        forward = bool({"input", "output"} & set(kinds))
-        worst = max(kinds.values(), key=lambda v: v.max_abs_diff or 0.0)
+        forward = bool({"input", "output", "update"} & set(kinds))
+        worst = _worst(list(kinds.values()))
         details = {"layer": call.layer.kind, "varied": sorted(kinds), "repeats_differing": worst.differing,
-                   "repeats": repeats, "max_abs_diff": worst.max_abs_diff,
+                   "repeats": later + 1, "max_abs_diff": worst.max_abs_diff,
                    "phase": "forward" if forward else "backward"}
         amount = _amount(worst, later)
         if id(call) in inner:
-            own = [k for k in ("output", "input gradient", "gradient") if k in kinds]
-            what = ("the model's own code between its layers: " if call.layer is model_layer else "") + _describe(own)
+            own = [k for k in ("output", "update", "input gradient", "gradient") if k in kinds]
+            updated = state.names([k for k, e in by_kind.get("state", {}).items()
+                                   if state.owner[k].layer is call.layer and k not in applied_varied])
+            what = ("the model's own code between its layers: " if call.layer is model_layer else "") + \
+                _describe(own, updated)
             finding = Finding("nondeterministic", call.layer.path, f"{what} varied between repeats of the same step "
                               f"from the same state and inputs ({amount})", "", "dynamic", details)
         elif call.layer is model_layer:
@@ -331,21 +417,45 @@ def bisect(model: Any, batch: Batch, spy: LayerCalls, repeats: int) -> list[Find
             finding = Finding("downstream", call.layer.path, f"varied because what it received varied ({amount})",
                               "", "dynamic", details)
         events.append(((0, call.end) if forward else (2, -start), finding))
-    forward_varied = any({"input", "output"} & set(k) for k in varied.values())
-    if loss_varied is not None:
+    forward_varied = any({"input", "output", "update"} & set(k) for k in varied.values())
+    losses = list(by_kind.get("loss", {}).values())
+    if losses:
         severity = "downstream" if forward_varied else "nondeterministic"
-        events.append(((1, 0), Finding(severity, "loss", f"the loss varied ({_amount(loss_varied, later)})", "",
-                                       "dynamic", {"max_abs_diff": loss_varied.max_abs_diff})))
-    unexplained = sorted(name for name in updates_varied if name not in weights_varied)
-    if unexplained:
-        worst = max((updates_varied[n] for n in unexplained), key=lambda v: v.max_abs_diff or 0.0)
+        events.append(((1, 0), Finding(severity, "loss", f"the loss varied ({_amount(_worst(losses), later)})", "",
+                                       "dynamic", {"max_abs_diff": _worst(losses).max_abs_diff})))
+    changed_by_step = sorted(k for k in applied_varied if k not in tape_gradients)
+    if changed_by_step:
+        worst = _worst([applied_varied[k] for k in changed_by_step])
         events.append(((3, 0), Finding(
-            "nondeterministic", "optimizer", f"the update of {', '.join(unexplained)} varied although its gradient "
-            f"did not ({_amount(worst, later)})", "", "dynamic",
-            {"variables": unexplained, "optimizer": type(model.optimizer).__name__})))
+            "nondeterministic", "train step", f"the gradients the train step passed to the optimizer for "
+            f"{state.names(changed_by_step)} varied although the tape computed them identically: its own code "
+            f"between tape.gradient and the optimizer ({_amount(worst, later)})", "", "dynamic",
+            {"variables": [state.name.get(k, "?") for k in changed_by_step]})))
+    if optimizer_changes:
+        worst = _worst([by_kind["state"][k] for k in optimizer_changes])
+        events.append(((3, 1), Finding(
+            "nondeterministic", "optimizer", f"the update of {state.names(optimizer_changes)} varied although its "
+            f"gradient did not ({_amount(worst, later)})", "", "dynamic",
+            {"variables": [state.name[k] for k in optimizer_changes], "optimizer": type(model.optimizer).__name__})))
+    received = by_kind.get("metric input", {})
+    for number, keys in sorted(metric_changes.items()):
+        if number in received or (number not in metrics_called and (forward_varied or losses)):
+            continue  # it varied because what it received did: the cause is reported where it happened
+        metric = state.metrics[number]
+        worst = _worst([by_kind["state"][k] for k in keys])
+        events.append(((4, number), Finding(
+            "nondeterministic", f"metric: {metric.name}", f"its state ({state.names(keys)}) varied although what it "
+            f"received was identical ({_amount(worst, later)})", "", "dynamic", {"metric": type(metric).__name__})))
+    if step_changes:
+        events.append(((5, 0), Finding(
+            "nondeterministic", "train step", f"its own code (no layer, metric or optimizer holds them) updated "
+            f"{', '.join(sorted(step_changes))} differently ({_amount(_worst(step_entries), later)})", "",
+            "dynamic", {"variables": sorted(step_changes)})))
     findings = [finding for _, finding in sorted(events, key=lambda event: event[0])]
     if not any(f.severity == "nondeterministic" for f in findings):  # varied, but no origin could be placed
-        findings.insert(0, Finding("nondeterministic", "train step", "the step varied between repeats but no layer, "
-                                   "loss or optimizer update varied by itself: see the downstream findings for "
-                                   "where it shows first", "", "dynamic"))
+        shown = sorted(by_kind.get("log", {}))
+        what = f"the logs it returned ({', '.join(shown)}) varied" if shown and not findings else "the step varied"
+        findings.insert(0, Finding("nondeterministic", "train step", f"{what} between repeats but no layer, loss, "
+                                   "metric or optimizer update varied by itself" + (": see the downstream findings "
+                                   "for where it shows first" if findings else ""), "", "dynamic"))
     return findings

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from tfrepro import _tf
-from tfrepro.diagnosis import batches, bisection, scanning
+from tfrepro.diagnosis import batches, bisection, restoring, scanning
 from tfrepro.diagnosis.findings import Diagnosis, Finding, ordered
 from tfrepro.diagnosis.layer_calls import LayerCalls
 
@@ -15,28 +15,34 @@ def diagnose(model: Any, x: Any, y: Any = None, repeats: int = 3, *, sample_weig
              batch_size: int | None = None, tf_version: str | None = None) -> Diagnosis:
     """Find what makes this model's training differ between runs, and name the layer.
 
-    Two parts, on the first batch of ``x`` (and ``y``) as ``fit`` would see it (arrays are cut to
-    ``batch_size`` rows, default 32; a ``tf.data.Dataset`` gives its first element, and its own
-    graph is checked too):
+    Two parts, on the first batch of ``x`` (and ``y``) as ``fit`` hands it to ``train_step`` (arrays
+    are cut to ``batch_size`` rows, default 32; a ``tf.data.Dataset`` gives the first element of a
+    fresh iteration, read from a copy so the dataset's own shuffle and random counters stay put,
+    and its graph is checked too):
 
-    - **static scan** (no GPU needed, nothing run): the model's train step is traced and its ops,
-      nested functions included, are matched against the table of ops without deterministic GPU
-      kernels for ``tf_version`` (default: the installed TensorFlow), each named by its layer with
-      the fix; plus batch-norm fine-tuning, the configuration and the input pipeline.
-    - **dynamic bisection** (``repeats`` >= 2; 0 skips it): the step is run ``repeats`` times from
-      the same weights, optimizer state and RNG states, and every layer's output, the gradients
-      through it and every update are compared bit for bit; the first layer in execution order that
-      varied by itself is reported with how many repeats differed and by how much, the layers it
-      affected as ``downstream``.
+    - **static scan** (no GPU needed, nothing run): the model's own ``train_step`` is traced and its
+      ops, nested functions included, are matched against the table of ops without deterministic
+      GPU kernels for ``tf_version`` (default: the installed TensorFlow; a version outside the
+      table's range raises ``ValueError``), each named by its layer with the fix; Python run by
+      ``tf.numpy_function``/``tf.py_function`` is a risk; plus batch-norm fine-tuning, the
+      configuration and the input pipeline.
+    - **dynamic bisection** (``repeats`` >= 2; 0 skips it): the model's own ``train_step`` (a custom
+      one as written: its losses, metrics and updates) runs ``repeats`` times from the same state,
+      and every layer's tensors (integer and boolean ones too), the gradients through it, the
+      gradients off the tape and into the optimizer, what each metric receives, the logs and every
+      variable the step can change are compared bit for bit; the first layer (or the loss, the
+      step's own code, the optimizer, a metric) in execution order that varied by itself is reported
+      with how many repeats differed and by how much, the layers it affected as ``downstream``.
+      What could not be compared is reported as "not examined", and the diagnosis is then not clean.
 
-    Afterwards the model's variables, the optimizer's and every RNG are as they were (an unbuilt
-    model, optimizer or metric is built, as ``fit`` would build it). Works with Sequential,
-    functional and subclassed models, nested layers included, on Keras 3 and Keras 2. Limits: the
-    dynamic part runs on this machine's devices, so a GPU-only nondeterminism shows only on a GPU
-    (the static scan names it anywhere); a custom ``train_step`` is scanned as written, while the
-    repeats run the standard step (forward, ``compute_loss``, gradients, ``apply_gradients``);
-    under a ``tf.distribute`` strategy (Keras 3 only) they run it once in the strategy's
-    cross-replica context (mirrored variables included), not once per replica.
+    Afterwards every variable the step can change (the model's, its optimizers' and metrics', and
+    whatever else its object graph reaches, a layer's ``tf.random.Generator`` or plain
+    ``tf.Variable`` included) and every RNG are as they were, bit for bit (an unbuilt model,
+    optimizer or metric is built, as ``fit`` would build it). Works with Sequential, functional and
+    subclassed models, nested layers included, on Keras 3 and Keras 2. Limits: the dynamic part
+    runs on this machine's devices, so a GPU-only nondeterminism shows only on a GPU (the static
+    scan names it anywhere); under a ``tf.distribute`` strategy (Keras 3 only) the step runs once in
+    the strategy's cross-replica context (mirrored variables included), not once per replica.
 
     >>> import numpy as np, tensorflow as tf, tfrepro
     >>> model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
@@ -55,18 +61,27 @@ def diagnose(model: Any, x: Any, y: Any = None, repeats: int = 3, *, sample_weig
         raise ValueError("diagnose under a tf.distribute strategy needs Keras 3 (Keras 2's metrics cannot update "
                          "outside the replicas); build and compile the model without the strategy to diagnose it: "
                          "its layers and ops are the same")
+    if tf_version is not None:
+        scanning.check_tf_version(tf_version)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     batch = batches.first_batch(x, y, sample_weight, batch_size)
     batches.prepare(model, batch)
     spy = LayerCalls(model)
-    found = scanning.scan(model, batch, spy, tf_version)
-    seconds["scan"] = time.perf_counter() - start
-    if repeats:
-        start = time.perf_counter()
-        dynamic = bisection.bisect(model, batch, spy, repeats)
-        seconds["bisection"] = time.perf_counter() - start
-        found = _with_fixes(dynamic, found) + found
+    snapshot = restoring.Snapshot([layer.obj for layer in spy.layers])  # before the scan's trace moves seeds
+    snapshot.add(restoring.model_variables(model))
+    try:
+        found, variables = scanning.scan(model, batch, spy, tf_version)
+        snapshot.add(variables)  # those the trace created (optimizer slots, metrics) and those no object holds
+        found += batch.findings
+        seconds["scan"] = time.perf_counter() - start
+        if repeats:
+            start = time.perf_counter()
+            dynamic = bisection.bisect(model, batch, spy, repeats, snapshot)
+            seconds["bisection"] = time.perf_counter() - start
+            found = _with_fixes(dynamic, found) + found
+    finally:
+        snapshot.restore()
     return Diagnosis(_unique(ordered(found)), model=f"{type(model).__name__} {model.name!r}",
                      tf_version=tf_version or tf.__version__, keras_version=getattr(keras, "__version__", ""),
                      repeats=repeats, seconds=seconds)
@@ -74,14 +89,17 @@ def diagnose(model: Any, x: Any, y: Any = None, repeats: int = 3, *, sample_weig
 
 def _with_fixes(dynamic: list[Finding], static: list[Finding]) -> list[Finding]:
     """A layer that varied by itself gets the static fix found for it, or the general advice."""
-    fixes = {f.where: f.fix for f in static if f.fix and f.check == "ops"}
-    general = ("find what varies in this layer: an order-dependent sum (atomics, unsorted_segment_sum, scatter-add: "
-               "tfrepro.ops has order-invariant ones, tfrepro.patch(ops=True)) or randomness no seed reaches "
-               "(numpy_function, OS entropy, an unseeded generator); then `tfrepro.diagnose` again")
+    fixes = {f.where: f.fix for f in static if f.fix and f.check == "ops" and "fact" in f.details}
+    causes = ("an order-dependent sum (atomics, unsorted_segment_sum, scatter-add: tfrepro.ops has order-invariant "
+              "ones, tfrepro.patch(ops=True)) or randomness no seed reaches (numpy_function, OS entropy, an unseeded "
+              "generator); then `tfrepro.diagnose` again")
     result = []
     for finding in dynamic:
         if finding.severity == "nondeterministic" and not finding.fix:
-            fix = fixes.get(finding.where, general if finding.where not in ("optimizer", "loss") else
+            place = "the train step's own code" if finding.where == "train step" else \
+                "this metric's update_state" if finding.where.startswith("metric: ") else "this layer"
+            fix = fixes.get(finding.where, f"find what varies in {place}: {causes}"
+                            if finding.where not in ("optimizer", "loss") else
                             "the optimizer's or loss's ops sum in thread order; use tfrepro.patch(ops=True), or "
                             "report it with this diagnosis")
             finding = Finding(finding.severity, finding.where, finding.finding, fix, finding.check, finding.details)

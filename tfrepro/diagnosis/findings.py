@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# Severity, most serious first. The first five make a diagnosis unclean.
+# Severity, most serious first. The first five are problems; they and "not examined" make a diagnosis unclean.
 SEVERITIES = {
     "nondeterministic": "varied between repeats of the same step (measured)",
     "raises": "raised UnimplementedError under op determinism when the step ran here",
     "raises on GPU": "has no deterministic GPU kernel in this TensorFlow: UnimplementedError under op determinism",
     "nondeterministic on GPU": "runs an order-dependent GPU kernel in this TensorFlow, even under op determinism",
-    "risk": "a setting or input pipeline that makes runs differ",
+    "risk": "a setting, input pipeline or code that makes runs differ, or that op determinism does not cover",
+    "not examined": "a part the diagnosis could not compare, so it cannot vouch for it",
     "downstream": "varied, but only because what it received varied",
     "handled": "would be a problem; tfrepro already replaced it",
     "note": "worth knowing; not a reproducibility problem",
@@ -46,7 +47,8 @@ class Finding:
 @dataclass
 class Diagnosis:
     """The findings of ``tfrepro.diagnose`` (see there), most serious first, each group in execution
-    or model order. ``clean`` is True when none is a problem (only notes, handled ops, or nothing)."""
+    or model order. ``clean`` is True when none is a problem and every part was examined (only notes,
+    handled ops, downstream effects of nothing, or nothing)."""
 
     findings: list[Finding]
     model: str = ""
@@ -57,7 +59,7 @@ class Diagnosis:
 
     @property
     def clean(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.where("not examined")
 
     @property
     def problems(self) -> list[Finding]:
@@ -90,8 +92,10 @@ class Diagnosis:
         counts: dict[str, int] = {}
         for f in self.findings:
             counts[f.severity] = counts.get(f.severity, 0) + 1
+        unexamined = len(self.where("not examined"))
         head = "clean: nothing found that makes runs differ" if self.clean else \
-            f"{len(self.problems)} problem(s) found"
+            f"{len(self.problems)} problem(s) found" if self.problems else \
+            f"no problem found in what was examined, but {unexamined} part(s) were not examined"
         parts = [f"{n} {severity}" for severity, n in counts.items()]
         checked = f"{self.model}, TF {self.tf_version}, Keras {self.keras_version}"
         repeats = f", {self.repeats} repeats of one step" if self.repeats else ", static scan only"
@@ -112,7 +116,7 @@ class Diagnosis:
 
         styles = {"nondeterministic": "bold red", "raises": "bold red", "raises on GPU": "red",
                   "nondeterministic on GPU": "red",
-                  "risk": "yellow", "downstream": "dim", "handled": "green", "note": "dim"}
+                  "risk": "yellow", "not examined": "yellow", "downstream": "dim", "handled": "green", "note": "dim"}
         table = Table(show_lines=False)
         for column in ("severity", "where", "finding", "fix"):
             table.add_column(column, overflow="fold")

@@ -46,6 +46,60 @@ def dataset_graph(dataset: Any) -> Any:
     return graph
 
 
+# Transformations that draw their seeds from a seed generator resource, which each new iterator advances
+# (reshuffle_each_iteration, rerandomize_each_iteration); input 4 or 2 is that resource.
+_SEEDED_BY_GENERATOR = {"ShuffleDatasetV3": 4, "ShuffleAndRepeatDatasetV2": 5, "RandomDatasetV2": 2}
+# Ops that change state outside the dataset when an element is read.
+_EXTERNAL_STATE = {"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "RngReadAndSkip", "RngSkip",
+                   "ResourceScatterAdd", "ResourceScatterUpdate"} | \
+    {op for op in STATEFUL_RANDOM if op.startswith("Stateful")}
+
+
+def detached_copy(dataset: Any) -> tuple[Any, Any, list[Finding]]:
+    """A copy of ``dataset`` whose first element is what a fresh iteration of ``dataset`` gives first,
+    and reading which leaves ``dataset``'s own seed generators (reshuffle and ``Dataset.random``
+    counters) where they were: its graph, with each seed generator replaced by a new one from the same
+    seeds. Returns the copy (or ``dataset`` itself where no copy can be made), the graph (or None)
+    and findings saying what reading it still changes for the training that follows."""
+    tf = _tf.import_tf()
+    try:
+        graph = dataset_graph(dataset)
+    except (tf.errors.OpError, ValueError, AttributeError) as exc:
+        return dataset, None, [_moved(dataset, f"its graph cannot be copied ({str(exc).splitlines()[0][:200]})")]
+    copy = tf.compat.v1.GraphDef()
+    copy.CopyFrom(graph)
+    nodes = {node.name: node for node in copy.node}
+    for node in copy.node:
+        position = _SEEDED_BY_GENERATOR.get(node.op)
+        if position is not None and position < len(node.input):
+            source = nodes.get(node.input[position].split(":")[0].lstrip("^"))
+            if source is not None and source.op == "Const":
+                source.op = "DummySeedGenerator"  # the op that makes the transformation own a new generator
+                source.attr.clear()
+    try:
+        variant = tf.raw_ops.DatasetFromGraph(graph_def=copy.SerializeToString())
+        reader = tf.data.experimental.from_variant(variant, dataset.element_spec)
+    except (tf.errors.OpError, ValueError, TypeError) as exc:
+        return dataset, graph, [_moved(dataset, f"its graph cannot be read back ({str(exc).splitlines()[0][:200]})")]
+    external = sorted({n.op for n in graph_walk.walk(graph) if n.op in _EXTERNAL_STATE})
+    if not external:
+        return reader, graph, []
+    return reader, graph, [Finding(
+        "note", "input pipeline", f"reading its first batch ran ops that change state outside the dataset "
+        f"({', '.join(external)}: a generator or a variable that its functions use), and TensorFlow gives "
+        "no way to find that state from the dataset: unless the model holds it, the training that follows in "
+        "this process starts from where the diagnosis left it", "diagnose a copy of the pipeline built the same "
+        "way, or build the pipeline again after the diagnosis", "pipeline", {"ops": external})]
+
+
+def _moved(dataset: Any, why: str) -> Finding:
+    return Finding("note", "input pipeline", f"{why}, so its first batch was read from the dataset itself: its "
+                   "reshuffle and Dataset.random counters, if it has any, have moved on by one iteration, and the "
+                   "training that follows in this process shuffles and draws as it would have one epoch later",
+                   "diagnose a copy of the pipeline built the same way, or build the pipeline again after the "
+                   "diagnosis", "pipeline")
+
+
 def _constants(graph: Any) -> dict[str, Any]:
     """The integer constants of the dataset's graph (seeds, buffer sizes), by node name."""
     tf = _tf.import_tf()
@@ -82,13 +136,14 @@ def _random_kinds(ops: list[graph_walk.Node]) -> list[str]:
     return sorted(kinds)
 
 
-def pipeline_findings(dataset: Any, *, distributed: bool = False) -> list[Finding]:
+def pipeline_findings(dataset: Any, *, distributed: bool = False, graph: Any = None) -> list[Finding]:
     """The input-pipeline risks of ``dataset`` (see the module doc), one finding per transformation,
-    nested datasets (inside ``interleave`` or ``flat_map`` functions) included."""
+    nested datasets (inside ``interleave`` or ``flat_map`` functions) included; ``graph``: its
+    ``dataset_graph`` if already read."""
     tf = _tf.import_tf()
     determinism = bool(_tf.op_determinism_enabled())
     try:
-        graph = dataset_graph(dataset)
+        graph = dataset_graph(dataset) if graph is None else graph
     except (tf.errors.OpError, ValueError, AttributeError) as exc:
         return [Finding("note", "input pipeline", f"could not read the dataset's graph ({exc}); not checked",
                         check="pipeline")]

@@ -27,17 +27,34 @@ from tfrepro.ops.selection import REPLACEABLE_OPS
 _REPLACED = {"Deterministic" + "".join(part.capitalize() for part in name.split("_")): name
              for name in (*REPLACEABLE_OPS, "reduce_sum")}
 _SCOPE_SUFFIX = re.compile(r"_\d+$")
+# The TensorFlow releases whose notes and kernels the table in tfrepro.ops.kernel_facts was checked against
+# (its spans open at 2.0); a version beyond the newest is accepted when it is the one installed.
+TABLE_VERSIONS = ((2, 0), (2, 21))
+# Ops that run arbitrary Python (tf.numpy_function, tf.py_function, tf.compat.v1.py_func).
+PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 
 
-def trace_train_step(model: Any, batch: Batch, spy: LayerCalls) -> Any:
-    """The model's train step traced (not run) on ``batch``, its layers' calls recorded; the graph's
-    ``GraphDef``. Tracing creates what the first ``fit`` step creates (weights of an unbuilt
-    model, optimizer slots, metric variables), with the values ``fit`` gives them."""
+def check_tf_version(tf_version: str) -> kernel_facts.Version:
+    """``tf_version`` parsed, or ``ValueError`` naming the range for one the table does not cover."""
+    version = kernel_facts.resolve_version(tf_version)
+    low, high = TABLE_VERSIONS
+    high = max(high, _tf.parse_version(_tf.installed_tf_version()) or high)
+    if not low <= version <= high:
+        raise ValueError(f"TF {version[0]}.{version[1]} is outside the versions the kernel table covers "
+                         f"(TF {low[0]}.{low[1]}-{high[0]}.{high[1]}); give one of those")
+    return version
+
+
+def trace_train_step(model: Any, batch: Batch, spy: LayerCalls) -> tuple[Any, list[Any]]:
+    """The model's train step traced (not run) on ``batch`` as ``fit`` hands it over, its layers'
+    calls recorded: the graph's ``GraphDef`` and every variable the step reads or writes. Tracing
+    creates what the first ``fit`` step creates (weights of an unbuilt model, optimizer slots, metric
+    variables), with the values ``fit`` gives them."""
     tf = _tf.import_tf()
     with spy.recording():
         step = tf.function(model.train_step)
         concrete = step.get_concrete_function(batch.data())
-    return concrete.graph.as_graph_def()
+    return concrete.graph.as_graph_def(), list(concrete.graph.variables)
 
 
 def xla_compiled(model: Any) -> bool:
@@ -88,6 +105,13 @@ def op_findings(nodes: Iterable[graph_walk.Node], spy: LayerCalls, tf_version: s
                 {"op": replaced}))
             continue
         if _in_tfrepro_kernel(node):
+            continue
+        if node.op in PYTHON_OPS:
+            found.setdefault((where, "python"), Finding(
+                "risk", where, f"runs Python ({node.op}: tf.numpy_function or tf.py_function): op determinism does "
+                "not cover arbitrary Python, so only the Python itself decides whether it gives the same result "
+                "each run", "make the Python deterministic (seed its generators, no OS entropy, no thread-order "
+                "effects) or replace it with TensorFlow ops", "ops", {"op": node.op}))
             continue
         hit = kernel_facts.match(node.op, node.attrs, tf_version=version, xla=node.xla)
         if hit is None or (where, hit[0].key) in found:
@@ -187,12 +211,13 @@ def _policy_name(model: Any) -> str | None:
     return getattr(policy, "name", None)
 
 
-def scan(model: Any, batch: Batch, spy: LayerCalls, tf_version: str | None = None) -> list[Finding]:
-    """The static findings (ops, layers, configuration, pipeline) for ``model`` on ``batch``."""
-    graph = trace_train_step(model, batch, spy)
+def scan(model: Any, batch: Batch, spy: LayerCalls, tf_version: str | None = None) -> tuple[list[Finding], list[Any]]:
+    """The static findings (ops, layers, configuration, pipeline) for ``model`` on ``batch``, and every
+    variable its train step reads or writes."""
+    graph, variables = trace_train_step(model, batch, spy)
     found = op_findings(graph_walk.walk(graph, xla=xla_compiled(model)), spy, tf_version)
     found += layer_findings(spy, found)
     found += config_findings(model)
     if batch.dataset is not None:
-        found += pipelines.pipeline_findings(batch.dataset, distributed=distributed(model))
-    return found
+        found += pipelines.pipeline_findings(batch.dataset, distributed=distributed(model), graph=batch.dataset_graph)
+    return found, variables

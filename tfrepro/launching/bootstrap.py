@@ -18,7 +18,7 @@ from types import ModuleType, TracebackType
 from typing import Any, ContextManager
 
 from tfrepro.launching.config import LaunchConfig
-from tfrepro.launching.import_hooks import call_after_import
+from tfrepro._import_hooks import call_after_import
 
 
 def main(argv: list[str], around: Callable[[], ContextManager[Any]] | None = None) -> None:
@@ -49,8 +49,10 @@ def _patch(config: LaunchConfig) -> None:
     """``tfrepro.patch`` before the script's first line. The environment is already in place (the
     launcher set it before this interpreter started); Python's RNG is seeded now, NumPy's when NumPy
     is imported, and the TensorFlow half (switches, op replacements, TF and Keras seeds) when
-    TensorFlow is: a script that never imports TensorFlow never waits for it. ``tfrepro check``
-    records every ``Model.fit``, which needs Keras, so there everything is applied at once."""
+    TensorFlow is: a script that never imports TensorFlow never waits for it, and TensorFlow's
+    import leaves Python's RNG where it was. ``tfrepro check`` records every ``Model.fit``, which
+    needs Keras, so there everything is applied at once. Both are seed S as
+    ``tfrepro.determinism.seeding`` defines it."""
     from tfrepro.determinism import patching, seeding, state
 
     if config.trace_dir or "tensorflow" in sys.modules:
@@ -63,7 +65,8 @@ def _patch(config: LaunchConfig) -> None:
             patching.apply_patch(config.seed, threads=config.threads, ops=config.patch_ops, host_rngs=False)
 
     seeding.seed_python(config.seed)
-    call_after_import({"numpy": lambda numpy: seeding.seed_numpy(config.seed), "tensorflow": on_tensorflow})
+    call_after_import({"numpy": lambda numpy: seeding.seed_numpy(config.seed), "tensorflow": on_tensorflow},
+                      around={"tensorflow": seeding.preserving_host_rngs})
 
 
 def _user_frames(traceback: TracebackType | None) -> TracebackType | None:

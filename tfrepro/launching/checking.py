@@ -25,6 +25,27 @@ _TF_LOG_LINE = re.compile(r"[IWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: All log 
                           r"|To enable the following instructions: |WARNING:tensorflow:")
 
 
+_TFREPRO_FILES = ("fit-*.jsonl", "stdout.log", "stderr.log")  # what a run writes in its folder
+_GRACE_S = 2.0  # how long an interrupted child may take to exit on its own Ctrl-C before it is terminated
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: ``directory`` holds what the run wrote before it."""
+
+    def __init__(self, index: int, directory: Path):
+        self.index, self.directory = index, directory
+        super().__init__(f"run {index} is incomplete ({directory})")
+
+
+def clear_run_folder(directory: Path) -> None:
+    """Remove the files a run writes from ``directory``, and the folder if nothing else is in it."""
+    for pattern in _TFREPRO_FILES:
+        for stale in directory.glob(pattern):
+            stale.unlink(missing_ok=True)
+    if directory.is_dir() and not any(directory.iterdir()):
+        directory.rmdir()
+
+
 @dataclass
 class RunOutcome:
     """One run: its exit code, its folder (stdout.log, stderr.log, fit-K.jsonl) and its traces."""
@@ -62,9 +83,8 @@ def run_once(command: list[str], config: LaunchConfig, directory: Path, index: i
     """Run the command once in a fresh interpreter, its output (and, with ``record``, a trace of
     every ``Model.fit``) kept in ``directory``, whose files from an earlier run are removed first:
     they would be taken for this run's. ``extra_env`` adds to the child's environment."""
+    clear_run_folder(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    for stale in [*directory.glob("fit-*.jsonl"), directory / "stdout.log", directory / "stderr.log"]:
-        stale.unlink(missing_ok=True)
     env = (dataclasses.replace(config, trace_dir=str(directory)) if record else config).to_env()
     env.update(extra_env or {})
     with (directory / "stdout.log").open("wb") as out, (directory / "stderr.log").open("wb") as err:
@@ -72,8 +92,11 @@ def run_once(command: list[str], config: LaunchConfig, directory: Path, index: i
         try:
             returncode = child.wait()
         except KeyboardInterrupt:
-            child.terminate()
-            child.wait()
+            try:  # a Ctrl-C at the terminal reached the child too: let it finish its own handling
+                child.wait(timeout=_GRACE_S)
+            except subprocess.TimeoutExpired:
+                child.terminate()
+                child.wait()
             raise
     traces = sorted(directory.glob("fit-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
     return RunOutcome(index, returncode, directory, traces)
@@ -90,14 +113,22 @@ def check(
     """Run ``command`` ``runs`` times (see module doc) and compare; ``on_run(i)`` after each run.
     ``config.gradients`` records gradient fingerprints too.
 
-    Raises ``LaunchError`` for a command that cannot be launched.
+    The files of an earlier check's runs in ``out`` (``run-K/``, any K) are removed first; nothing
+    else is. Raises ``LaunchError`` for a command that cannot be launched, ``RunInterrupted`` at Ctrl-C.
     """
     if runs < 2:
         raise LaunchError(f"--runs must be at least 2 to compare runs; got {runs}")
     argv = bootstrap_command(command)
+    for earlier in out.glob("run-*"):
+        if re.fullmatch(r"run-\d+", earlier.name) and earlier.is_dir():
+            clear_run_folder(earlier)
     result = CheckResult([])
     for index in range(runs):
-        outcome = run_once(argv, config, out / f"run-{index}", index)
+        directory = out / f"run-{index}"
+        try:
+            outcome = run_once(argv, config, directory, index)
+        except KeyboardInterrupt:
+            raise RunInterrupted(index, directory) from None
         result.runs.append(outcome)
         if on_run is not None:
             on_run(index)

@@ -3,8 +3,11 @@ applies ``tfrepro.patch`` before the script's first line (``tfrepro run``, ``tfr
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -40,7 +43,8 @@ def bootstrap_command(command: list[str], entry: str = "tfrepro.launching.bootst
     """Rewrite ``python [opts] script.py args`` / ``python -m mod args`` / ``python -c code`` /
     ``script.py args`` so that it runs through the bootstrap (``bootstrap_code(entry)``), keeping the
     interpreter options (clusters such as ``-uB`` and attached values such as ``-Werror`` or
-    ``-mpkg`` included). Raises LaunchError for anything else."""
+    ``-mpkg`` included). Raises LaunchError for anything else, and for an interpreter that cannot import
+    tfrepro (a `python` on PATH other than the one tfrepro is installed in)."""
     code = bootstrap_code(entry)
     if not command:
         raise LaunchError("no command given: tfrepro runs Python commands, e.g. `python train.py [args...]`")
@@ -81,6 +85,7 @@ def bootstrap_command(command: list[str], entry: str = "tfrepro.launching.bootst
                     if not rest:
                         raise LaunchError(f"`{head} -{letter}` needs an argument")
                     value, rest = rest[0], rest[1:]
+                _require_tfrepro(head, tuple(options))
                 return [head, *options, "-c", code, "--module" if letter == "m" else "--code", value, *rest]
             if letter in "WX":  # the rest of the cluster, or the next argument, is its value
                 options.append(arg)
@@ -93,7 +98,37 @@ def bootstrap_command(command: list[str], entry: str = "tfrepro.launching.bootst
         index += 1
     if index >= len(command) or command[index] == "-":
         raise LaunchError(f"no script given to {head}; tfrepro cannot run an interactive interpreter or stdin")
-    return [head, *options, "-c", code, _existing_script(command[index]), *command[index + 1:]]
+    script = _existing_script(command[index])
+    _require_tfrepro(head, tuple(options))
+    return [head, *options, "-c", code, script, *command[index + 1:]]
+
+
+# Can the interpreter import tfrepro, as the bootstrap does (without the working directory first)?
+_PROBE = ("import sys; getattr(sys.flags, 'safe_path', False) or sys.path.pop(0); import importlib.util; "
+          "spec = importlib.util.find_spec('tfrepro'); sys.exit(0 if spec and spec.origin not in (None, 'namespace') "
+          "else 3)")
+
+
+@functools.lru_cache(maxsize=None)
+def _require_tfrepro(head: str, options: tuple[str, ...]) -> None:
+    """Raise LaunchError, naming the interpreter tfrepro is installed in, when ``head`` (with the
+    user's interpreter options) cannot import tfrepro: the child would die of ModuleNotFoundError.
+    Asks the interpreter (about 20 ms) unless it is this one, unchanged by options."""
+    found = shutil.which(head)
+    if found is None or (not options and os.path.abspath(found) == os.path.abspath(sys.executable)):
+        return
+    try:
+        probe = subprocess.run([found, *options, "-c", _PROBE], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return  # launching will say what is wrong with it
+    if probe.returncode == 0:
+        return
+    hint = ""
+    if sys.prefix != sys.base_prefix:
+        hint = f", or activate its environment ({Path(sys.prefix) / 'bin' / 'activate'})"
+    raise LaunchError(f"`{head}` is {found}, which cannot import tfrepro; use {sys.executable}, the Python tfrepro "
+                      f"is installed in{hint}")
 
 
 def _existing_script(path: str) -> str:

@@ -3,7 +3,9 @@ message (the kernel's wording, naming the first bad element), raised when the op
 
 Eagerly the error is raised at the call with exactly TF's message. In a graph the check is an
 ``Assert`` inside a ``tf.cond``, so the message is built only on failure and reads
-``assertion failed: [<TF's message>]``; an ``Assert`` can only raise InvalidArgumentError. Under
+``assertion failed: [<TF's message>]``; an ``Assert`` can only raise InvalidArgumentError, and it
+escapes quotes. So a check whose message has quotes names TF's own op (``raised_by``), which the
+failing branch runs on the CPU, where TF's kernels check: it raises TF's error in TF's words. Under
 XLA, which compiles ``Assert`` as a no-op and no string ops, there are no run-time checks (as in
 TF's own XLA kernels, which drop out-of-range ids).
 """
@@ -18,13 +20,20 @@ import tensorflow as tf
 from tfrepro.ops._exact_sum import in_xla_context, traced
 
 
-def check(rule: Callable[..., tuple[tf.Tensor, Callable[[], tf.Tensor | str]]]):
+def check(rule: Callable[..., tuple[tf.Tensor, Callable[[], tf.Tensor | str]]] | None = None, *,
+          raised_by: Callable[..., tf.Tensor] | None = None):
     """``rule(*args) -> (ok, message)`` (``ok`` a scalar bool tensor, ``message()`` the error text)
     as a function ``(*args) -> control inputs`` that raise InvalidArgumentError unless ``ok``.
 
     Eagerly it raises at the call with ``message()`` and returns ``[]``. In a graph it is one call
     of a function traced once per signature (a ``tf.cond`` whose failing branch builds the message
-    and asserts), so a check costs one node per op instance; eagerly, one dispatch while it holds."""
+    and asserts), so a check costs one node per op instance; eagerly, one dispatch while it holds.
+    ``raised_by(*args)``, where given (``@check(raised_by=...)``), is TF's op on the same arguments:
+    the failing branch runs it first, on the CPU, so that in a graph TF's kernel raises its own
+    message, unescaped (the Assert after it remains, should the kernel not raise)."""
+    if rule is None:
+        return functools.partial(check, raised_by=raised_by)
+
     @traced
     def holds(*args) -> tf.Tensor:
         return rule(*args)[0]
@@ -34,7 +43,13 @@ def check(rule: Callable[..., tuple[tf.Tensor, Callable[[], tf.Tensor | str]]]):
         ok, message = rule(*args)
 
         def fail() -> tf.Tensor:
-            with tf.control_dependencies([tf.raw_ops.Assert(condition=tf.constant(False), data=[message()])]):
+            raised = []
+            if raised_by is not None:
+                with tf.device("/device:CPU:0"):
+                    raised = [raised_by(*args)]
+            with tf.control_dependencies(raised):
+                assertion = tf.raw_ops.Assert(condition=tf.constant(False), data=[message()])
+            with tf.control_dependencies([assertion]):
                 return tf.constant(False)
 
         return tf.cond(ok, lambda: tf.constant(True), fail)

@@ -154,7 +154,7 @@ class _Axes:
     def __init__(self, values: tf.Tensor, axis: tf.Tensor | tuple[int, ...], plan: Plan | None = None):
         self.plan = plan or current_plan()
         self.axis = tf.constant(axis, tf.int32, shape=[len(axis)]) if isinstance(axis, tuple) else axis  # () too
-        self.n = tf.reduce_prod(tf.gather(tf.shape(values), self.axis))
+        self.n = tf.reduce_prod(_stock.gather(tf.shape(values), self.axis))
 
     def max(self, values: tf.Tensor) -> tf.Tensor:
         return tf.reduce_max(values, self.axis, keepdims=True)

@@ -1,10 +1,12 @@
 """TensorFlow's own ops, captured before ``patch(ops=True)`` can rebind the public names, so that
-tfrepro's ops never call themselves."""
+tfrepro's ops never call themselves. Inside ``tfrepro.ops``, call TF's ops that patch rebinds from
+here, never by their public names (a test checks): once patched, ``tf.gather`` is tfrepro's."""
 
 import tensorflow as tf
 
 unsorted_segment_sum = tf.math.unsorted_segment_sum
 unsorted_segment_max = tf.math.unsorted_segment_max
+segment_sum = tf.math.segment_sum
 gather = tf.gather
 bias_add = tf.nn.bias_add
 embedding_lookup = tf.nn.embedding_lookup

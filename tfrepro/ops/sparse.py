@@ -49,11 +49,11 @@ def _sparse_product(a_indices: tf.Tensor, a_shape: tf.Tensor, b_shape: tf.Tensor
         position = first_position(bad_k | bad_m)
 
         def out_of_bounds(name: str, values: tf.Tensor, column: int, bound: tf.Tensor) -> tf.Tensor:
-            return tf.strings.join([f"{name} (", text(tf.gather(values, position)), ") from index[", text(position),
+            return tf.strings.join([f"{name} (", text(_stock.gather(values, position)), ") from index[", text(position),
                                     f",{column}] out of bounds (>=", text(bound), ")"])
 
         return tf.cond(matching, lambda: tf.cond(
-            tf.gather(bad_k, position), lambda: out_of_bounds("k", ks, inner_column, inner),
+            _stock.gather(bad_k, position), lambda: out_of_bounds("k", ks, inner_column, inner),
             lambda: out_of_bounds("m", ms, row_column, rows)), lambda: tf.strings.join([
                 "Cannot multiply A and B because inner dimension does not match: ", text(inner), " vs. ", text(b_inner),
                 ".  Did you forget a transpose?  Dimensions of A: [", text(a_shape[0]), ", ", text(a_shape[1]),

@@ -5,6 +5,7 @@ Comparison is exact: logged values by their float64 bits, weights by their finge
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,15 +74,39 @@ class Divergence:
 
 
 def model_mismatch(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> list[str]:
-    """How two traces' variable lists differ (names, shapes, dtypes); empty when comparable."""
+    """How two traces' variable lists differ; empty when comparable. The count first, then each
+    variable that differs in its place (which of the model's weighted layers holds it, and its name
+    there, ``kernel``), shape or dtype. The model's and layers' own names are not compared: Keras
+    numbers automatic names per process, so the same model built again is ``sequential_1/dense_1``."""
     mismatches = []
     if len(a) != len(b):
-        mismatches.append(f"{len(a)} variables vs {len(b)}")
+        mismatches.append(f"A has {len(a)} variable{'' if len(a) == 1 else 's'}, B has {len(b)}")
+    places_a, places_b = _places(a), _places(b)
     for index, (va, vb) in enumerate(zip(a, b)):
-        for key in ("name", "shape", "dtype"):
+        if places_a[index] != places_b[index]:
+            mismatches.append(f"variable {index}: {_short(va)!r} vs {_short(vb)!r}")
+        for key in ("shape", "dtype"):
             if va.get(key) != vb.get(key):
-                mismatches.append(f"variable {index}: {key} {va.get(key)!r} vs {vb.get(key)!r}")
+                mismatches.append(f"variable {index} ({_short(va)}): {key} {va.get(key)} vs {vb.get(key)}")
+    if len(mismatches) == 1 and len(a) != len(b):
+        longer, label = (a, "A") if len(a) > len(b) else (b, "B")
+        index = min(len(a), len(b))
+        mismatches.append(f"variable {index} ({_short(longer[index])}) is only in {label}")
     return mismatches
+
+
+def _short(variable: dict[str, Any]) -> str:
+    """A variable's name from its layer on, without Keras 2's ``:0``: ``dense/kernel``."""
+    parts = re.sub(r":\d+$", "", str(variable.get("name", "?"))).split("/")
+    layer = variable.get("layer")
+    return "/".join(parts[parts.index(layer):] if layer in parts else parts)
+
+
+def _places(variables: Sequence[dict[str, Any]]) -> list[tuple[int, str]]:
+    """Each variable's place in its model, free of automatic names: the position of its layer among
+    the layers that hold variables, and its own name (the last part of its path)."""
+    order: dict[Any, int] = {}
+    return [(order.setdefault(v.get("layer"), len(order)), _short(v).rsplit("/", 1)[-1]) for v in variables]
 
 
 def _ordered(keys: set[str]) -> list[str]:
@@ -103,8 +128,9 @@ def find_difference(variables: Sequence[dict[str, Any]], a: dict[str, Any], b: d
     quantities = _ordered({k for k in set(bits_a) | set(bits_b) if bits_a.get(k) != bits_b.get(k)})
     gradient_names, gradient_layers = _differing(variables, a.get("gradients"), b.get("gradients"))
     names, layers = _differing(variables, a.get("weights"), b.get("weights"))
-    if not names and a.get("layers") != b.get("layers"):
-        layers = [name for name in a.get("layers", {}) if a["layers"].get(name) != b.get("layers", {}).get(name)]
+    if not names and a.get("layers") is not None and b.get("layers") is not None:
+        # by position: the layers' names may differ by Keras's automatic numbering (see model_mismatch)
+        layers = [name for (name, x), y in zip(a["layers"].items(), b["layers"].values()) if x != y]
     if gradient_layers:
         quantities.append("gradients")
     if layers:
@@ -167,6 +193,14 @@ class Comparison:
         return bool(self.different_seeds) or any(d.breaks_bitwise for d in self.environment)
 
     @property
+    def mismatch_summary(self) -> str:
+        """How the models differ, in one line: the first two entries of ``mismatch`` (the variable
+        count, when it differs, and the first variable that differs); empty when comparable."""
+        if len(self.mismatch) > 1 and self.mismatch[0].startswith("A has "):
+            return f"{self.mismatch[0]}; first difference: {self.mismatch[1]}"
+        return "; ".join(self.mismatch[:1])
+
+    @property
     def verdict(self) -> str:
         if not self.comparable:
             return "not comparable"
@@ -196,9 +230,11 @@ def compare(a: Trace | PathLike, b: Trace | PathLike) -> Comparison:
     """Compare two traces (paths or ``Trace`` objects) record by record, exactly.
 
     Reports the first divergence (where, what, which layers, the loss difference), the
-    environment differences and whether they explain it. A corrupt or truncated trace is compared
-    up to its corruption, which is named in ``notes``. Raises OSError (FileNotFoundError,
-    IsADirectoryError) or TraceError only for a path that is missing, a folder, or not a trace at all.
+    environment differences and whether they explain it. A trace whose last line was cut (a crash
+    while writing) is compared up to it, and the cut is named in ``notes``. Variables are matched by
+    their place in the model, shape and dtype, not by Keras's automatic names (see ``model_mismatch``).
+    Raises OSError (FileNotFoundError, IsADirectoryError) or TraceError for a path that is missing, a
+    folder, not a trace, or corrupt before its last line.
     """
     ta, tb = _load(a), _load(b)
     result = Comparison(ta.path, tb.path, comparable=True, identical=False,

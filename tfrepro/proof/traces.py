@@ -131,9 +131,11 @@ class Trace:
 
 
 def read_trace(path: PathLike, *, strict: bool = True) -> Trace:
-    """Parse a trace file. A corrupt or truncated line raises TraceError naming the file and line;
-    with ``strict=False`` the records before it are returned with the error in ``Trace.error``.
-    A file that is missing, empty or not a tfrepro trace always raises."""
+    """Parse a trace file. A bad line raises TraceError naming the file and line. Records are
+    written whole and flushed, so a crash can only cut the last line: with ``strict=False`` a cut
+    last line (unparsable, or without its newline) ends the read, the records before it are
+    returned and the error is kept in ``Trace.error``. A bad line before the last is corruption and
+    always raises, as does a file that is missing, empty or not a tfrepro trace."""
     path = Path(path)
     if path.is_dir():
         inside = sorted(str(p.relative_to(path)) for p in path.rglob("*.jsonl"))[:3]
@@ -141,33 +143,43 @@ def read_trace(path: PathLike, *, strict: bool = True) -> Trace:
         raise IsADirectoryError(f"{path} is a directory, not a trace file{hint}")
     if not path.is_file():
         raise FileNotFoundError(f"trace not found: {path}")
+    with path.open(encoding="utf-8", errors="replace") as file:
+        lines = [(number, line) for number, line in enumerate(file, start=1) if line.strip()]
     header: dict[str, Any] | None = None
     records: list[dict[str, Any]] = []
     error: TraceError | None = None
-    with path.open(encoding="utf-8", errors="replace") as file:
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict) or record.get("type") not in RECORD_TYPES:
-                    raise ValueError("not a tfrepro trace record")
-                if not line.endswith("\n"):
-                    raise ValueError("truncated record (the run may have crashed while writing it)")
-            except ValueError as exc:
-                error = TraceError(path, number, str(exc) if "record" in str(exc) else f"not valid JSON ({exc})")
-                if header is None or strict:
-                    raise error from None
-                break
-            if header is None:
-                if record.get("type") != "header" or record.get("format") != FORMAT:
-                    raise TraceError(path, number, f"not a {FORMAT} file (its first record is no tfrepro header)")
-                if record.get("version") != VERSION:
-                    raise TraceError(path, number, f"unsupported trace version {record.get('version')!r}; "
-                                                   f"this tfrepro reads version {VERSION}")
-                header = record
-            else:
-                records.append(record)
+    for position, (number, line) in enumerate(lines):
+        last = position == len(lines) - 1
+        try:
+            record = _parse_record(line)
+        except ValueError as exc:
+            cut = last and (not line.endswith("\n") or str(exc).startswith("not valid JSON"))
+            error = TraceError(path, number, f"{exc}; the run may have crashed while writing it" if cut else str(exc))
+            if header is None or strict or not cut:
+                raise error from None
+            break
+        if header is None:
+            if record.get("type") != "header" or record.get("format") != FORMAT:
+                raise TraceError(path, number, f"not a {FORMAT} file (its first record is no tfrepro header)")
+            if record.get("version") != VERSION:
+                raise TraceError(path, number, f"unsupported trace version {record.get('version')!r}; "
+                                               f"this tfrepro reads version {VERSION}")
+            header = record
+        else:
+            records.append(record)
     if header is None:
         raise TraceError(path, 1, "empty file: no tfrepro header")
     return Trace(header, records, str(path), error)
+
+
+def _parse_record(line: str) -> dict[str, Any]:
+    """One line as a trace record; ValueError saying what is wrong with it."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
+    if not isinstance(record, dict) or record.get("type") not in RECORD_TYPES:
+        raise ValueError("not a tfrepro trace record")
+    if not line.endswith("\n"):
+        raise ValueError("truncated record: the line has no end")
+    return record

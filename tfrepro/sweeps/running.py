@@ -48,6 +48,17 @@ def parse_seeds(text: str) -> list[int]:
     return sorted({seed for first, last in ranges for seed in range(first, last + 1)})
 
 
+def format_seeds(seeds: Iterable[int]) -> str:
+    """The inverse of ``parse_seeds``: runs of consecutive seeds as ranges (``"0-4,10"``)."""
+    ranges: list[list[int]] = []
+    for seed in sorted(set(seeds)):
+        if ranges and seed == ranges[-1][1] + 1:
+            ranges[-1][1] = seed
+        else:
+            ranges.append([seed, seed])
+    return ",".join(str(first) if first == last else f"{first}-{last}" for first, last in ranges)
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """``"K/N"``: this machine runs every N-th seed, starting at the K-th (0-based)."""
     match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
@@ -87,27 +98,29 @@ def sweep(train_fn: Callable[[int], float], seeds: Iterable[int], *, metric: str
 
 
 def _seed_run(argv: list[str], config: LaunchConfig, folder: Path, seed: int, metric: str,
-              best: str | None) -> tuple[SeedRun, str]:
+              best: str | None) -> tuple[SeedRun, str, bool]:
     """Run one seed in a fresh interpreter, unless its folder holds a finished run of the same
-    command and configuration, and read its metric."""
+    command and configuration, and read its metric. Returns the run, where its metric came from,
+    and whether the finished run was reused (not run again)."""
     done = folder / _DONE
     config = dataclasses.replace(config, seed=seed)
     what_ran = {"command": argv, "config": config.to_env()}
-    if not done.exists() or json.loads(done.read_text()) != what_ran:
+    reused = done.exists() and json.loads(done.read_text()) == what_ran
+    if not reused:
         for stale in (done, folder / REPORTED):
             stale.unlink(missing_ok=True)
         outcome = run_once(argv, config, folder, seed)
         if outcome.returncode != 0:
             tail = outcome.stderr_tail(3).replace("\n", " | ")
-            return SeedRun(seed, None, "failed", f"exit code {outcome.returncode}: {tail}"), ""
+            return SeedRun(seed, None, "failed", f"exit code {outcome.returncode}: {tail}"), "", False
         write_atomically(done, json.dumps(what_ran, indent=1))
     try:
         value, source = read_metric(folder, metric, best)
     except LookupError as exc:
-        return SeedRun(seed, None, "failed", str(exc)), ""
+        return SeedRun(seed, None, "failed", str(exc)), "", reused
     if not math.isfinite(value):
-        return SeedRun(seed, None, "failed", f"{metric} is {value}"), ""
-    return SeedRun(seed, value), source
+        return SeedRun(seed, None, "failed", f"{metric} is {value}"), "", reused
+    return SeedRun(seed, value), source, reused
 
 
 def run_sweep(command: Sequence[str], seeds: Sequence[int], *, config: LaunchConfig, out: Path,
@@ -118,8 +131,9 @@ def run_sweep(command: Sequence[str], seeds: Sequence[int], *, config: LaunchCon
     (see ``read_metric``: reported, or the final or ``best`` epoch value of the last fit), and
     save ``sweep.json``/``sweep.csv`` in ``out``. Seeds whose folder holds a finished run of the same
     command and configuration are not run again, so an interrupted sweep rerun with the same ``out``
-    picks up where it stopped. A metric that is NaN or infinite fails its seed. Each shard of a
-    sweep needs an ``out`` of its own (``sweep.json`` holds the seeds of one invocation).
+    picks up where it stopped; the result's ``skipped`` lists them. A metric that is NaN or
+    infinite fails its seed. Each shard of a sweep needs an ``out`` of its own (``sweep.json`` holds
+    the seeds of one invocation).
 
     Raises ``LaunchError`` for a command that cannot be launched or bad arguments."""
     if jobs < 1:
@@ -131,16 +145,17 @@ def run_sweep(command: Sequence[str], seeds: Sequence[int], *, config: LaunchCon
     argv = bootstrap_command(list(command))
     out.mkdir(parents=True, exist_ok=True)
 
-    def one(seed: int) -> tuple[SeedRun, str]:
-        run, source = _seed_run(argv, config, out / f"seed-{seed}", seed, metric, best)
+    def one(seed: int) -> tuple[SeedRun, str, bool]:
+        outcome = _seed_run(argv, config, out / f"seed-{seed}", seed, metric, best)
         if on_run is not None:
-            on_run(run)
-        return run, source
+            on_run(outcome[0])
+        return outcome
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         outcomes = list(pool.map(one, seeds))
-    sources = sorted({source for _, source in outcomes if source})
-    result = SweepResult(metric, [run for run, _ in outcomes], "; ".join(sources))
+    sources = sorted({source for _, source, _ in outcomes if source})
+    result = SweepResult(metric, [run for run, _, _ in outcomes], "; ".join(sources),
+                         [run.seed for run, _, reused in outcomes if reused])
     result.save(out)
     return result
 

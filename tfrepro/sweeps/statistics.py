@@ -72,11 +72,14 @@ class Summary:
 
 @dataclass
 class SweepResult:
-    """The per-seed values of one metric (``source`` says how each was read)."""
+    """The per-seed values of one metric (``source`` says how each was read). ``skipped``: the seeds
+    that ``run_sweep`` did not run again, their finished runs being in its folder (not saved, and
+    not part of equality)."""
 
     metric: str
     runs: list[SeedRun] = field(default_factory=list)
     source: str = ""
+    skipped: list[int] = field(default_factory=list, compare=False)
 
     def __post_init__(self) -> None:
         if any(not isinstance(run, SeedRun) for run in self.runs):
@@ -128,9 +131,10 @@ class SweepResult:
         return out.getvalue()
 
     def save(self, folder: str | os.PathLike) -> None:
-        """``sweep.json`` and ``sweep.csv`` in ``folder``, each written atomically (a reader sees an
-        old or a whole new file; the two are written one after the other)."""
+        """``sweep.json`` and ``sweep.csv`` in ``folder`` (made if missing), each written atomically
+        (a reader sees an old or a whole new file; the two are written one after the other)."""
         folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
         write_atomically(folder / "sweep.json", json.dumps(self.to_dict(), indent=1, allow_nan=False))
         write_atomically(folder / "sweep.csv", self.to_csv())
 
@@ -143,30 +147,53 @@ class SweepResult:
         return "\n".join(lines)
 
 
+MIN_SEEDS = 2
+"""Seeds per arm below which ``compare_sweeps`` answers "too few seeds to tell": one value has no
+spread, so nothing measures the seed noise the difference would be judged against."""
+
+
 @dataclass(frozen=True)
 class SweepComparison:
     """Whether sweep B's mean differs from sweep A's beyond seed noise.
 
-    ``difference`` is mean(B) - mean(A); ``ci_low``/``ci_high`` its bootstrap interval;
-    ``p_value`` Welch's t-test (unequal variances); ``effect_size`` Hedges' g (the difference in
-    pooled standard deviations, corrected for small samples). ``distinguishable`` needs both the
-    test (p < 1 - confidence) and the interval (excluding 0) to agree."""
+    ``difference`` is mean(B) - mean(A); ``ci_low``/``ci_high`` its Welch t interval (unequal
+    variances, Welch-Satterthwaite degrees of freedom); ``p_value`` the Welch t-test of the same
+    statistic, so the interval excludes 0 exactly when p < 1 - confidence; ``effect_size`` Hedges' g
+    (the difference in pooled standard deviations, corrected for small samples).
+
+    ``distinguishable`` is True or False when seed noise could be measured, and None when it could
+    not: fewer than ``MIN_SEEDS`` seeds in an arm, or neither arm varying across its seeds (then the
+    interval, p-value and effect size are None too). Two arms that gave one and the same value in
+    every seed are identical: ``distinguishable`` is False."""
 
     metric: str
     n_a: int
     n_b: int
     difference: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-    effect_size: float
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    effect_size: float | None
     confidence: float
-    distinguishable: bool
+    distinguishable: bool | None
     goal: str | None
+    mean_a: float
+    mean_b: float
 
     @property
     def verdict(self) -> str:
-        interval = (f"difference of means {self.difference:+.4g} ({self.confidence:.0%} CI "
+        if min(self.n_a, self.n_b) < MIN_SEEDS:
+            return (f"too few seeds to tell: A has {self.n_a}, B has {self.n_b}; at least {MIN_SEEDS} per arm "
+                    f"are needed to measure seed noise (difference of means {self.difference:+.4g})")
+        if self.p_value is None:
+            if self.difference == 0:
+                return (f"A and B are identical: every seed gave {self.mean_a:.6g} in both "
+                        f"({self.n_a} vs {self.n_b} seeds)")
+            return (f"neither A nor B varied across seeds (A gave {self.mean_a:.6g} in all {self.n_a} seeds, "
+                    f"B {self.mean_b:.6g} in all {self.n_b}), so there is no seed noise to judge their "
+                    f"difference {self.difference:+.4g} against: no interval or p-value. Does the seed reach "
+                    "the training, and does the metric resolve what it changes?")
+        interval = (f"difference of means {self.difference:+.4g} ({self.confidence:.0%} CI (Welch t) "
                     f"[{self.ci_low:+.4g}, {self.ci_high:+.4g}]), Welch p={self.p_value:.3g}, "
                     f"Hedges' g={self.effect_size:+.2f}, {self.n_a} vs {self.n_b} seeds")
         if not self.distinguishable:
@@ -179,52 +206,63 @@ class SweepComparison:
         return self.verdict
 
 
-def _values(sweep: SweepResult | Iterable[float]) -> np.ndarray:
+def _values(sweep: SweepResult | Iterable[float], name: str) -> np.ndarray:
     try:
         values = sweep.values if isinstance(sweep, SweepResult) else np.asarray(list(sweep), dtype=float)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"a sweep is a SweepResult or a sequence of numbers; got {sweep!r}") from exc
     if values.ndim != 1:
         raise ValueError(f"a sweep is one value per seed (1-D); got shape {values.shape}")
-    if len(values) < 2 or not np.all(np.isfinite(values)):
-        raise ValueError("each sweep needs at least two values to compare, all finite")
+    if not len(values):
+        raise ValueError(f"sweep {name} has no values (did every seed fail?)")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"sweep {name} holds a value that is not finite: {values.tolist()}")
     return values
 
 
 def compare_sweeps(a: SweepResult | Any, b: SweepResult | Any, *, confidence: float = 0.95,
-                   goal: str | None = None, resamples: int = 9999, seed: int = 0) -> SweepComparison:
+                   goal: str | None = None) -> SweepComparison:
     """Is configuration B different from A beyond seed noise? ``a`` and ``b``: ``SweepResult``s or
     sequences of per-seed values. ``goal`` ("min" or "max") says which direction is better, for the
-    verdict. The bootstrap (SciPy's BCa, ``resamples`` draws, seeded by ``seed``) is itself
-    reproducible."""
+    verdict.
+
+    The interval is Welch's t interval of the difference of means, whose coverage holds at the few
+    seeds sweeps have: over 1,000 simulated comparisons of normal arms with unequal spreads, the
+    95% interval held the true difference in 97.2%, 96.1%, 95.0% and 94.2% of them at 2, 3, 5 and
+    10 seeds per arm (tests/sweeps/test_statistics.py). At 2 seeds it is honest but wide. There is
+    no bootstrap: its BCa interval covered only 67-92% at those sizes, and where it becomes accurate
+    (tens of seeds) it agrees with Welch's, so it would only add a second, worse answer. The result
+    is deterministic (no resampling).
+
+    Fewer than ``MIN_SEEDS`` values in an arm, or no spread in either arm, give a verdict that says
+    so, never "distinguishable" (see ``SweepComparison``). ValueError for an empty sweep or a value
+    that is not finite."""
     if goal not in (None, "min", "max"):
         raise ValueError(f"goal must be 'min', 'max' or None; got {goal!r}")
     _check_confidence(confidence)
     if isinstance(a, SweepResult) and isinstance(b, SweepResult) and a.metric != b.metric:
         raise ValueError(f"the sweeps measure different metrics: {a.metric!r} and {b.metric!r}")
-    stats = _scipy_stats()
-    values_a, values_b = _values(a), _values(b)
-    difference = float(np.mean(values_b) - np.mean(values_a))
-    if np.ptp(values_a) == 0 and np.ptp(values_b) == 0:  # no seed noise at all: any difference is real
-        p_value = 1.0 if difference == 0 else 0.0
-        low = high = difference
-    else:
-        p_value = float(stats.ttest_ind(values_b, values_a, equal_var=False).pvalue)
-
-        def mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-            return np.mean(x, axis=axis) - np.mean(y, axis=axis)
-
-        # BCa's jackknife holds n x n values: past a few thousand seeds, the percentile interval.
-        method = "BCa" if len(values_a) + len(values_b) <= 2000 else "percentile"
-        interval = stats.bootstrap((values_b, values_a), mean_difference, confidence_level=confidence,
-                                   n_resamples=resamples, batch=max(1, 2_000_000 // (len(values_a) + len(values_b))),
-                                   method=method, random_state=np.random.default_rng(seed)).confidence_interval
-        low, high = float(interval.low), float(interval.high)
+    values_a, values_b = _values(a, "A"), _values(b, "B")
     n_a, n_b = len(values_a), len(values_b)
-    pooled = math.sqrt(((n_a - 1) * np.var(values_a, ddof=1) + (n_b - 1) * np.var(values_b, ddof=1)) / (n_a + n_b - 2))
-    correction = 1 - 3 / (4 * (n_a + n_b) - 9)
-    effect = difference / pooled * correction if pooled > 0 else (0.0 if difference == 0 else math.copysign(math.inf, difference))
-    distinguishable = p_value < 1 - confidence and math.isfinite(low) and math.isfinite(high) and not low <= 0 <= high
+    mean_a, mean_b = float(np.mean(values_a)), float(np.mean(values_b))
+    difference = mean_b - mean_a
     metric = a.metric if isinstance(a, SweepResult) else "value"
-    return SweepComparison(metric, n_a, n_b, difference, low, high, p_value, float(effect), confidence,
-                           distinguishable, goal)
+    unmeasured = dict(ci_low=None, ci_high=None, p_value=None, effect_size=None)
+    if min(n_a, n_b) < MIN_SEEDS:
+        return SweepComparison(metric, n_a, n_b, difference, **unmeasured, confidence=confidence,
+                               distinguishable=None, goal=goal, mean_a=mean_a, mean_b=mean_b)
+    var_a, var_b = float(np.var(values_a, ddof=1)), float(np.var(values_b, ddof=1))
+    if np.ptp(values_a) == 0 and np.ptp(values_b) == 0:
+        return SweepComparison(metric, n_a, n_b, difference, **unmeasured, confidence=confidence,
+                               distinguishable=None if difference else False, goal=goal, mean_a=mean_a, mean_b=mean_b)
+    stats = _scipy_stats()
+    share_a, share_b = var_a / n_a, var_b / n_b
+    error = math.sqrt(share_a + share_b)
+    freedom = (share_a + share_b) ** 2 / (share_a**2 / (n_a - 1) + share_b**2 / (n_b - 1))  # Welch-Satterthwaite
+    half = float(stats.t.ppf(0.5 + confidence / 2, freedom)) * error
+    p_value = float(2 * stats.t.sf(abs(difference) / error, freedom))
+    pooled = math.sqrt(((n_a - 1) * var_a + (n_b - 1) * var_b) / (n_a + n_b - 2))
+    effect = difference / pooled * (1 - 3 / (4 * (n_a + n_b) - 9))
+    low, high = difference - half, difference + half
+    return SweepComparison(metric, n_a, n_b, difference, low, high, p_value, effect, confidence,
+                           not low <= 0 <= high, goal, mean_a, mean_b)

@@ -2,23 +2,29 @@
 
 ``tfrepro run`` applies the TensorFlow half of ``patch`` this way: a script that never imports
 TensorFlow never pays for loading it, and one that does gets op determinism, TF's seeds and the op
-replacements before its next line runs.
+replacements before its next line runs. ``patch`` seeds a Keras that is imported after it the same
+way. A context can also be put around the module's execution (``around``): the launcher keeps
+Python's RNG where it was while TensorFlow's import draws from it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import Any
+from typing import Any, ContextManager
 
 from tfrepro.errors import warn
 
+Hook = Callable[[ModuleType], None]
+
 
 class _CallAfterLoading(importlib.abc.Loader):
-    """Wraps a module's loader: executes the module, puts the original loader back, runs the hook."""
+    """Wraps a module's loader: executes the module (inside its ``around`` context), puts the
+    original loader back, runs the hook."""
 
     def __init__(self, loader: Any, finder: _PostImportFinder):
         self._loader, self._finder = loader, finder
@@ -28,7 +34,8 @@ class _CallAfterLoading(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         module.__spec__.loader = module.__loader__ = self._loader
-        self._loader.exec_module(module)
+        with self._finder.around(module.__name__):
+            self._loader.exec_module(module)
         self._finder.loaded(module)
 
     def __getattr__(self, name: str) -> Any:  # resource readers, get_source, ... of the real loader
@@ -40,8 +47,8 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
     A hook is used up only when its module is actually executed (``importlib.util.find_spec``, an
     "is it installed?" check, loads nothing and keeps it)."""
 
-    def __init__(self, hooks: dict[str, Callable[[ModuleType], None]]):
-        self._hooks = hooks
+    def __init__(self, hooks: dict[str, Hook], around: dict[str, Callable[[], ContextManager[Any]]]):
+        self._hooks, self._around = hooks, around
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname not in self._hooks:
@@ -60,6 +67,10 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             return spec
         return None
 
+    def around(self, name: str) -> ContextManager[Any]:
+        context = self._around.pop(name, None)
+        return context() if context is not None else contextlib.nullcontext()
+
     def loaded(self, module: ModuleType) -> None:
         hook = self._hooks.pop(module.__name__, None)
         if not self._hooks and self in sys.meta_path:
@@ -68,14 +79,20 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             hook(module)
 
 
-def call_after_import(hooks: dict[str, Callable[[ModuleType], None]]) -> None:
-    """Call ``hooks[name](module)`` once, right after top-level module ``name`` is first executed
-    (at once if it already is). A hook that raises makes the import raise."""
+def call_after_import(hooks: Mapping[str, Hook],
+                      around: Mapping[str, Callable[[], ContextManager[Any]]] | None = None) -> None:
+    """Call ``hooks[name](module)`` once, right after module ``name`` (dotted names too) is first
+    executed, at once if it is loaded already. ``around[name]()``, if given, is a context the
+    module executes in (not entered for a module loaded already). A hook that raises makes the
+    import raise. A module that is still executing (it imported the caller) counts as not loaded,
+    but no import of it is to come: its hook never runs."""
     pending = {}
     for name, hook in hooks.items():
-        if name in sys.modules:
-            hook(sys.modules[name])
-        else:
+        module = sys.modules.get(name)
+        if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
+            hook(module)
+        elif module is None:
             pending[name] = hook
     if pending:
-        sys.meta_path.insert(0, _PostImportFinder(pending))
+        contexts = {name: context for name, context in (around or {}).items() if name in pending}
+        sys.meta_path.insert(0, _PostImportFinder(pending, contexts))

@@ -1,0 +1,307 @@
+"""The conformance matrix: every capability over every pattern of the zoo (``zoo.py``).
+
+Columns (capabilities) and what a supported cell demands:
+
+- ``patch``: the same bits in fresh processes (the two runs of ``tfrepro check``, ``tfrepro run``,
+  and ``tfrepro.patch(S)`` as the script's first line);
+- ``check``: ``tfrepro check`` says identical; with a planted culprit it says diverged, and the
+  divergence is first seen in the culprit's weights;
+- ``doctor``: ``tfrepro doctor`` names the planted culprit as nondeterministic;
+- ``resume``: under ``tfrepro run --checkpoint``, a run killed with SIGKILL and started again ends
+  on the uninterrupted run's bits;
+- ``seed``: seed S means one computation: ``tfrepro run --seed S``, each run of
+  ``tfrepro check --seed S``, seed S of ``tfrepro sweep``, ``tfrepro doctor --continue --seed S``,
+  ``tfrepro run --checkpoint`` and ``tfrepro.patch(S)`` as the first line give the same weights
+  and leave Python's, NumPy's and TensorFlow's RNGs in the same state (``run --checkpoint`` is
+  compared with ``run`` on the patterns it does not refuse, since a refusal stops the script).
+
+A cell that a capability does not support is in ``REFUSED``: the test demands that the capability
+refuses it by name (the message it must print), and the README lists it (``test_docs``-style check
+at the bottom). The ``patch``, ``check`` and ``seed`` columns run every pattern in one process per
+entry point (``zoo.py all``): crossing processes is their point, and a pattern whose computation
+leaked into the next one's would show there too. ``doctor`` and ``resume`` need a process per
+pattern. The processes run two at a time, started as soon as the first zoo test needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conftest import clean_env
+
+pytestmark = [pytest.mark.keras, pytest.mark.slow, pytest.mark.zoo]
+
+ZOO = Path(__file__).with_name("zoo.py")
+README = Path(__file__).resolve().parents[2] / "README.md"
+SEED = 3
+KERAS2 = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
+sys.path.insert(0, str(ZOO.parent))
+from zoo_patterns import PATTERNS  # noqa: E402  (the names only: importing zoo.py would load TensorFlow)
+
+CAPABILITIES = ("patch", "check", "doctor", "resume", "seed")
+
+
+def _refused() -> dict[tuple[str, str], str]:
+    """(pattern, capability) -> the words the capability must refuse it with."""
+    refused = {
+        ("custom_loop", "check"): "never called Model.fit",
+        ("custom_loop", "doctor"): "never called Model.fit",
+        ("custom_loop", "resume"): "never called Model.fit",
+        ("tf_random_ops", "resume"): "tf_random",
+    }
+    if KERAS2:  # Keras 2's keras-io examples draw from TF's stateful random ops
+        refused[("vae", "resume")] = "sampling"
+        refused[("gan", "resume")] = "train_step"
+        refused[("bert_masking", "resume")] = "masking"
+    return refused
+
+
+REFUSED = _refused()
+
+
+# --- running the processes ------------------------------------------------------------------------
+
+class Runs:
+    """The zoo's processes, each started once, two at a time, in a folder that is removed at the end."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="tfrepro-zoo-"))
+        self._pool = ThreadPoolExecutor(max_workers=2)
+        self._jobs: dict[tuple, Future] = {}
+        self._lock = threading.Lock()
+
+    def get(self, *job: str) -> dict:
+        return self.submit(*job).result()
+
+    def submit(self, *job: str) -> Future:
+        with self._lock:
+            if job not in self._jobs:
+                self._jobs[job] = self._pool.submit(_JOBS[job[0]], self.folder / "-".join(job), *job[1:])
+            return self._jobs[job]
+
+    def close(self) -> None:
+        self._pool.shutdown(cancel_futures=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _env(results: Path, **extra: str) -> dict[str, str]:
+    return clean_env(ZOO_RESULTS=str(results), **extra)
+
+
+def _tfrepro(folder: Path, *args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    folder.mkdir(parents=True, exist_ok=True)
+    return subprocess.run([sys.executable, "-m", "tfrepro", *args], env=env, cwd=folder, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def _python(pattern: str, *args: str) -> list[str]:
+    return ["--", sys.executable, str(ZOO), pattern, *args]
+
+
+def _results(path: Path) -> dict[str, list[dict]]:
+    """The result lines of a file, by pattern (a pattern has one line per run that wrote there)."""
+    found: dict[str, list[dict]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            found.setdefault(record["pattern"], []).append(record)
+    return found
+
+
+def _job(folder: Path, proc: subprocess.CompletedProcess, results: Path, **more) -> dict:
+    return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr,
+            "results": _results(results), "folder": folder, **more}
+
+
+def _entry_point(folder: Path, entry: str, planted: str = "0", skip: str = "") -> dict:
+    """One entry point running every pattern in one process (``zoo.py all``); ``skip="resume"``
+    leaves out the patterns that ``run --checkpoint`` refuses."""
+    results = folder / "results.jsonl"
+    env = _env(results, ZOO_PLANT=planted, ZOO_SKIP=",".join(p for p, c in REFUSED if c == skip))
+    seed = ("--seed", str(SEED))
+    if entry == "run":
+        proc = _tfrepro(folder, "run", *seed, *_python("all"), env=env)
+    elif entry == "check":
+        proc = _tfrepro(folder, "check", "--runs", "2", *seed, "--out", str(folder / "out"), *_python("all"), env=env)
+    elif entry == "sweep":
+        proc = _tfrepro(folder, "sweep", "--seeds", str(SEED), "--metric", "zoo_loss", "--out", str(folder / "out"),
+                        *_python("all"), env=env)
+    elif entry == "doctor":
+        proc = _tfrepro(folder, "doctor", "--continue", *seed, "--out", str(folder / "out"), *_python("all"), env=env)
+    elif entry == "checkpoint":
+        proc = _tfrepro(folder, "run", *seed, "--checkpoint", str(folder / "ckpt"), *_python("all"), env=env)
+    elif entry == "inscript":
+        folder.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([sys.executable, str(ZOO), "all"], cwd=folder, capture_output=True, text=True,
+                              env=dict(env, ZOO_INSCRIPT_SEED=str(SEED), PYTHONHASHSEED=str(SEED)), check=False)
+    else:
+        raise ValueError(entry)
+    return _job(folder, proc, results)
+
+
+def _check_alone(folder: Path, pattern: str) -> dict:
+    results = folder / "results.jsonl"
+    proc = _tfrepro(folder, "check", "--runs", "2", "--seed", str(SEED), "--out", str(folder / "out"),
+                    *_python(pattern), env=_env(results))
+    return _job(folder, proc, results)
+
+
+def _doctor(folder: Path, pattern: str) -> dict:
+    """``tfrepro doctor`` on one pattern with its culprit planted."""
+    results = folder / "results.jsonl"
+    proc = _tfrepro(folder, "doctor", "--seed", str(SEED), "--out", str(folder / "out"), *_python(pattern),
+                    env=_env(results, ZOO_PLANT="1"))
+    report = folder / "out" / "diagnosis.json"
+    return _job(folder, proc, results, report=json.loads(report.read_text()) if report.exists() else None)
+
+
+def _resume(folder: Path, pattern: str) -> dict:
+    """Uninterrupted, then killed with SIGKILL after step 6 of 12 and started again, all under
+    ``tfrepro run --checkpoint`` (a checkpoint every 4 batches: the resume starts mid-epoch)."""
+    def run(name: str, **extra: str) -> dict:
+        results = folder / f"{name}.jsonl"
+        args = ("run", "--seed", str(SEED), "--checkpoint", str(folder / f"{name}-ckpt"), "--checkpoint-every", "3")
+        proc = _tfrepro(folder, *args, *_python(pattern, "--epochs", "3"), env=_env(results, **extra))
+        return _job(folder, proc, results)
+
+    whole = run("whole")
+    killed = run("resumed", ZOO_KILL_AT="7")
+    resumed = run("resumed")
+    return {"whole": whole, "killed": killed, "resumed": resumed}
+
+
+_JOBS = {"entry": _entry_point, "check_alone": _check_alone, "doctor": _doctor, "resume": _resume}
+_ENTRIES = ("run", "check", "sweep", "doctor", "checkpoint", "inscript")
+
+
+def _jobs_for(capability: str, pattern: str) -> list[tuple[str, ...]]:
+    if (pattern, capability) in REFUSED:
+        return [{"check": ("check_alone", pattern), "doctor": ("doctor", pattern),
+                 "resume": ("resume", pattern)}[capability]]
+    return {"patch": [("entry", "run"), ("entry", "check"), ("entry", "inscript")],
+            "check": [("entry", "check"), ("entry", "check", "1")],
+            "doctor": [("doctor", pattern)],
+            "resume": [("resume", pattern)],
+            "seed": [*(("entry", e) for e in _ENTRIES if e != "checkpoint"),
+                     ("entry", "run", "0", "resume"), ("entry", "checkpoint", "0", "resume")]}[capability]
+
+
+@pytest.fixture(scope="module")
+def runs(request):
+    """Starts, two at a time, every process that the selected zoo tests need."""
+    zoo = Runs()
+    for item in request.session.items:
+        if item.module is request.module and hasattr(item, "callspec"):
+            params = item.callspec.params
+            if "pattern" in params:
+                for job in _jobs_for(item.originalname.removeprefix("test_"), params["pattern"]):
+                    zoo.submit(*job)
+    yield zoo
+    zoo.close()
+
+
+def _ok(job: dict) -> None:
+    assert job["returncode"] == 0, f"exit {job['returncode']}\n{job['stdout'][-1500:]}\n{job['stderr'][-3000:]}"
+
+
+def _refusal(runs: Runs, capability: str, pattern: str) -> None:
+    """A refused cell: the capability says so by name, and does not claim success."""
+    words = REFUSED[(pattern, capability)]
+    job = runs.get(*_jobs_for(capability, pattern)[0])
+    if capability == "resume":
+        job = job["whole"]
+    said = job["stdout"] + job["stderr"]
+    assert words in said, f"expected a refusal naming {words!r}; got exit {job['returncode']}\n{said[-3000:]}"
+    if capability != "resume":  # run --checkpoint keeps the script's exit code and says it checkpointed nothing
+        assert job["returncode"] != 0
+
+
+def _result(job: dict, pattern: str, index: int = 0) -> dict:
+    _ok(job)
+    lines = job["results"].get(pattern, [])
+    assert len(lines) > index, f"no result for {pattern}: {job['stderr'][-2000:]}"
+    return {k: v for k, v in lines[index].items() if k != "loss"}
+
+
+patterns = pytest.mark.parametrize("pattern", PATTERNS)
+
+
+# --- the cells ---------------------------------------------------------------------------------------
+
+@patterns
+def test_patch(runs, pattern):
+    """Fresh processes, one seed: the same bits (check's two runs, run, and patch(S) in the script)."""
+    check = runs.get("entry", "check")
+    results = [_result(check, pattern, 0), _result(check, pattern, 1), _result(runs.get("entry", "run"), pattern),
+               _result(runs.get("entry", "inscript"), pattern)]
+    assert all(r == results[0] for r in results), results
+
+
+@patterns
+def test_check(runs, pattern):
+    if (pattern, "check") in REFUSED:
+        return _refusal(runs, "check", pattern)
+    from tfrepro import compare
+
+    index = [p for p in PATTERNS if (p, "check") not in REFUSED].index(pattern)  # fit-K of `zoo.py all`
+    clean = runs.get("entry", "check")
+    _ok(clean)
+    assert "identical" in clean["stdout"], clean["stdout"][-2000:]
+    assert compare(*(clean["folder"] / "out" / f"run-{r}" / f"fit-{index}.jsonl" for r in (0, 1))).identical
+
+    planted = runs.get("entry", "check", "1")
+    assert planted["returncode"] == 1, planted["stdout"][-2000:] + planted["stderr"][-2000:]
+    assert "diverged" in planted["stdout"]
+    comparison = compare(*(planted["folder"] / "out" / f"run-{r}" / f"fit-{index}.jsonl" for r in (0, 1)))
+    assert not comparison.identical
+    first = comparison.divergence
+    assert any("culprit" in name for name in first.layers), str(comparison)
+
+
+@patterns
+def test_doctor(runs, pattern):
+    if (pattern, "doctor") in REFUSED:
+        return _refusal(runs, "doctor", pattern)
+    job = runs.get("doctor", pattern)
+    assert job["returncode"] == 1, job["stdout"][-2000:] + job["stderr"][-3000:]
+    findings = job["report"]["diagnosis"]["findings"]
+    blamed = [f["where"] for f in findings if f["severity"] == "nondeterministic"]
+    assert blamed and "culprit" in blamed[0], json.dumps(findings, indent=1)[:3000]
+
+
+@patterns
+def test_resume(runs, pattern):
+    if (pattern, "resume") in REFUSED:
+        return _refusal(runs, "resume", pattern)
+    job = runs.get("resume", pattern)
+    assert job["killed"]["returncode"] == -signal.SIGKILL, job["killed"]["stderr"][-3000:]
+    assert _result(job["resumed"], pattern) == _result(job["whole"], pattern)
+
+
+@patterns
+def test_seed(runs, pattern):
+    results = {entry: _result(runs.get("entry", entry), pattern) for entry in _ENTRIES if entry != "checkpoint"}
+    results["check run 1"] = _result(runs.get("entry", "check"), pattern, 1)
+    different = {entry: r for entry, r in results.items() if r != results["run"]}
+    assert not different, {"run": results["run"], **different}
+    if (pattern, "resume") not in REFUSED:  # run --checkpoint, beside a run without the patterns it refuses
+        alone = _result(runs.get("entry", "run", "0", "resume"), pattern)
+        assert _result(runs.get("entry", "checkpoint", "0", "resume"), pattern) == alone
+
+
+def test_the_readme_lists_every_refused_cell():
+    text = README.read_text()
+    section = text[text.index("### Conformance zoo"):]
+    for (pattern, capability), words in REFUSED.items():
+        assert f"`{pattern}`" in section and capability in section, (pattern, capability)
