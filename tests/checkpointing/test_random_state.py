@@ -161,6 +161,35 @@ def test_a_vae_sampling_in_inference_too_resumes_bitwise(tmp_path, keras, valida
     assert resumed == whole
 
 
+def test_compiled_metrics_rebuilt_on_resume_draw_nothing(tmp_path, keras):
+    """Compiled metrics are built in the first training step, which a resume does not replay: they are
+    built by calling the model in inference mode, where this layer draws too (Monte Carlo noise)."""
+    import tensorflow as tf
+
+    class Noise(keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            if keras3(keras):
+                self.seed_generator = keras.random.SeedGenerator(7)
+            else:
+                self.generator = tf.random.Generator.from_seed(7)
+
+        def call(self, x, training=None):
+            noise = keras.random.normal(tf.shape(x), seed=self.seed_generator) if keras3(keras) else \
+                self.generator.normal(tf.shape(x))
+            return x + 0.1 * noise
+
+    def make():
+        return classifier(keras, Noise(name="noise"))
+
+    def state(model):
+        layer = model.get_layer("noise")
+        return [layer.seed_generator.state if keras3(keras) else layer.generator.state]
+
+    whole, resumed = resume_from_the_middle(tmp_path, make, lambda tf: {"x": data(tf)}, state)
+    assert resumed == whole
+
+
 @pytest.mark.parametrize("draw, api", [
     ("normal", "tf.random.normal"),
     ("dropout", "tf.random.uniform"),  # tf.nn.dropout without a seed tensor: a RandomUniform kernel

@@ -16,7 +16,7 @@ def test_doctor_names_the_nondeterministic_layer_and_stops_the_script(tmp_path):
     proc = run_tfrepro("doctor", "--out", str(tmp_path), "--", sys.executable, CULPRIT)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("1 problem(s) found")
+    assert lines[0].startswith("2 problem(s) found (1 nondeterministic, 1 risk")  # the risk: the layer's Python
     assert lines[1].startswith("[nondeterministic] summing: the gradient it passes back")
     assert any(line.startswith("[downstream] encoder:") for line in lines)
     assert "head" not in proc.stdout

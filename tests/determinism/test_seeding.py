@@ -2,6 +2,7 @@
 
 import json
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -78,7 +79,7 @@ def test_keras2_internal_generator_round_trip(keras):
         pytest.skip("Keras 2 only")
     from tfrepro.determinism.seeding import _keras2_seed_holder
 
-    tfrepro.seed_everything(11)
+    keras.utils.set_random_seed(11)  # what sets it; tfrepro's seed S clears it (layer seeds from Python's random)
     holder = _keras2_seed_holder(keras)
     state = tfrepro.rng_state()
     assert "keras2_generator" in state
@@ -100,3 +101,54 @@ def test_seed_everything_makes_keras_layers_repeat(keras):
 def test_set_rng_state_rejects_garbage():
     with pytest.raises(ValueError, match="rng_state"):
         tfrepro.set_rng_state({"nope": 1})
+
+
+# What seed S means, at every entry point (tfrepro.determinism.seeding's module doc). The zoo checks
+# it on whole training runs (tests/conformance); these pin the two mechanisms, fast.
+_DRAWS_AFTER_TF = ("import random, sys, numpy as np; import tensorflow as tf; "
+                   "print('DRAWS', random.random(), np.random.random(), float(tf.random.uniform([])))")
+
+
+def _draws(proc):
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return next(line for line in proc.stdout.splitlines() if line.startswith("DRAWS"))
+
+
+def test_importing_tensorflow_draws_from_pythons_random():
+    """The negative control: why the launcher must put Python's RNG back around TF's import."""
+    proc = run_python("-c", "import random; random.seed(0); import tensorflow; print('DRAWS', random.random())")
+    if _draws(proc) == f"DRAWS {random.Random(0).random()}":
+        # Seen with TF 2.21 and Keras 3 installed (TF's import loads part of Keras 3); with tf-keras it does not
+        pytest.skip("this TensorFlow's import does not draw from Python's random")
+
+
+def test_run_check_and_patch_in_the_script_draw_the_same_after_importing_tensorflow(tmp_path):
+    script = tmp_path / "draws.py"
+    script.write_text(_DRAWS_AFTER_TF.replace("; ", "\n"))
+    patched = tmp_path / "patched.py"
+    patched.write_text("import tfrepro\ntfrepro.patch(0)\n" + script.read_text())
+    from conftest import clean_env, run_tfrepro
+
+    under_run = _draws(run_tfrepro("run", "--seed", "0", "--", sys.executable, str(script)))
+    in_script = _draws(run_python(str(patched), env=clean_env(PYTHONHASHSEED="0")))
+    assert under_run == in_script
+    assert under_run.split()[1] == repr(random.Random(0).random())  # as if seeded on the first line
+    check = run_tfrepro("check", "--runs", "2", "--seed", "0", "--out", str(tmp_path / "c"), "--", sys.executable,
+                        str(script))
+    assert check.returncode == 2  # the script never calls Model.fit; its runs still ran patched
+    assert _draws_file(tmp_path / "c" / "run-0" / "stdout.log") == under_run
+
+
+def _draws_file(path):
+    return next(line for line in path.read_text().splitlines() if line.startswith("DRAWS"))
+
+
+def test_keras_imported_after_patch_is_seeded_when_it_loads(keras):
+    """Layer seeds do not depend on whether Keras loaded before or after patch (under `run`, Keras 3
+    imports TensorFlow halfway through its own import)."""
+    name = keras.__name__
+    build = (f"import {name} as keras\nm = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])\n"
+             "print('DRAWS', m.weights[0].numpy().tobytes().hex())\n")
+    before = run_python("-c", f"import {name}\nimport tfrepro\ntfrepro.patch(5)\n" + build)
+    after = run_python("-c", "import tfrepro\ntfrepro.patch(5)\n" + build)
+    assert _draws(before) == _draws(after)

@@ -44,7 +44,7 @@ def _gather_grads(gather):
 
 def _image_grads(op):
     def run(*inputs, **kwargs):
-        floats = [t for t in inputs if t.dtype.is_floating]
+        floats = [t for t in inputs if tf.is_tensor(t) and t.dtype.is_floating]
         with tf.GradientTape() as tape:
             tape.watch(floats)
             out = op(*inputs, **kwargs)

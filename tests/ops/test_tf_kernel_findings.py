@@ -38,7 +38,7 @@ def _same(got, want):
     (RAGGED, [2, 0, 2], {}),
     (tf.constant([[1.0, 2.0], [3.0, 4.0]]), tf.ragged.constant([[1, 0], [], [1]]), {}),
     (RAGGED, tf.ragged.constant([[2], [0, 1, 0]]), {}),
-    (NESTED, tf.ragged.constant([[0, 1], [1]]), {"axis": 1, "batch_dims": 1}),
+    (NESTED, tf.ragged.constant([[1, 0], [0], [1, 1]]), {"axis": 1, "batch_dims": 1}),
     (NESTED, [1, 0], {"axis": 1}),
 ], ids=["ragged params", "ragged indices", "both ragged", "batch_dims 1", "ragged params, axis 1"])
 def test_gather_takes_ragged_params_and_indices_and_its_gradient_sums_repeats_exactly(params, indices, options):
@@ -194,7 +194,8 @@ def test_tf_internal_names_are_rebound_and_tf_code_calling_them_reaches_tfrepro(
     x = tf.ones([1, 2, 2, 3])
     with tfrepro.patched(0, ops=True):
         ids = tf.sparse.from_dense(tf.constant([[1, 2], [3, 0]], tf.int64))
-        tf.nn.embedding_lookup_sparse(tf.ones([4, 2]), ids, None, combiner="sum")  # math_ops.segment_sum
+        weights = tf.SparseTensor(ids.indices, tf.ones_like(ids.values, tf.float32), ids.dense_shape)
+        tf.nn.embedding_lookup_sparse(tf.ones([4, 2]), ids, weights, combiner="sum")  # math_ops.segment_sum
         math_ops.segment_mean(tf.ones([3, 2]), [0, 0, 1])
         nn_impl.fused_batch_norm(x, tf.ones([3]), tf.zeros([3]), tf.zeros([3]), tf.ones([3]), is_training=False)
         assert array_ops.gather is stock_gather  # not rebound: TF's own code gathers shapes with it (README)

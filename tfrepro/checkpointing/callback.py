@@ -182,24 +182,32 @@ class _Run:
         self.model.train_function = self._train_function
 
     def _resume(self, stored: storage.Stored) -> None:
+        """At ``on_train_begin``: the position, and whether the checkpoint is of this configuration.
+        The variables follow at the first batch (``_restore_variables``), once they all exist."""
         manifest = stored.manifest
-        model_state.build_optimizer(self.model.optimizer, self.model.trainable_variables)
-        slots = model_state.slots(self.model)
         problems = _environment_mismatch(manifest, self.model, self.owner.params)
-        problems += model_state.mismatch(manifest["variables"], slots, ("model", "generators", "optimizer"))
         if problems:
-            unbuilt = "" if getattr(self.model, "built", True) else \
-                " (the model is not built: build it before fit, e.g. by calling it on a batch, so that its variables exist)"
-            raise CheckpointError(f"{stored.path} does not fit this training run{unbuilt}", problems)
-        self._assign(slots, ("model", "generators", "optimizer"))
+            raise CheckpointError(f"{stored.path} does not fit this training run", problems)
         self.target = (stored.epoch, stored.batch)
         self.trained = int(manifest["position"]["trained"])
         self.last_logs = dict(manifest["logs"])
         self.finished = manifest["stopped"] or stored.epoch >= self.owner.params["epochs"]
+        self.rng_pending = self.rest_pending = not self.finished
+
+    def _restore_variables(self, traced: bool) -> None:
+        """At the first batch, after the train step's trace created what its first run creates (the
+        slots of every optimizer it steps, a GAN's two included; metrics; an unbuilt model's weights):
+        the variables of the model, its object graph and its optimizer, as saved."""
+        if not traced:  # the one optimizer Keras knows of, for the variables fit trains
+            model_state.build_optimizer(self.model.optimizer, self.model.trainable_variables)
+        stored = self.stored
+        slots = model_state.slots(self.model)
+        problems = model_state.mismatch(stored.manifest["variables"], slots, ("model", "generators", "optimizer"))
+        if problems:
+            raise CheckpointError(f"{stored.path} does not fit this training run", problems)
+        self._assign(slots, ("model", "generators", "optimizer"))
         if self.finished:
-            seeding.set_rng_state(manifest["rng"])  # as the run left them, for what the script does next
-        else:
-            self.rng_pending = self.rest_pending = True
+            seeding.set_rng_state(stored.manifest["rng"])  # as the run left them, for what the script does next
         self.owner.restored_from = stored.path
         log.info("tfrepro: resumed from %s: epoch %d, batch %d, %d batches trained%s", stored.path, *self.target,
                  self.trained, " (the run had ended: nothing to train)" if self.finished else "")
@@ -214,9 +222,11 @@ class _Run:
         for callback in after:
             callback.on_train_begin(logs)
 
-    def _assign(self, slots: list[model_state.Slot], groups: tuple[str, ...]) -> None:
-        for index, slot in enumerate(slots):
-            if slot.group in groups:
+    def _assign(self, slots: list[model_state.Slot], groups: tuple[str, ...],
+                skip: frozenset[int] | set[int] = frozenset()) -> None:
+        """Set the variables of ``groups`` (but those whose id is in ``skip``) to the checkpoint's."""
+        for index, slot in enumerate(slots):  # slot i is the checkpoint's variable i (`mismatch` checked it)
+            if slot.group in groups and id(slot.variable) not in skip:
                 slot.variable.assign(model_state.saved_value(self.stored, index))
 
     # during fit ----------------------------------------------------------------------------------
@@ -266,8 +276,9 @@ class _Run:
             self.first_call = (self.epoch, self.batch)
             if not self.set_aside:  # last in Keras's list, so that a save sees the others' state after the same hook
                 self.fit_callbacks[:] = [*self.others, self.owner]
-            if not self.finished:
-                self._refuse_kernel_random_state(iterator)
+            traced = self._trace_train_step(iterator)
+            if self.stored is not None:
+                self._restore_variables(traced)
         if self.finished:  # the checkpointed run had ended: train nothing
             self.model.stop_training = True
             self._draw(iterator, 1)  # Keras reads the metrics at the epoch's end: build them
@@ -293,6 +304,8 @@ class _Run:
         does not run) on one batch in inference mode, then reset them. What the call draws (a layer
         that samples in inference too) is undone by ``_restore_random_state``."""
         self.metrics_built = True
+        if not _compiled_state_unbuilt(self.model):  # e.g. a train_step with its own trackers: no call needed
+            return
         x, y, sample_weight = (*batch, None, None)[:3] if isinstance(batch, tuple) else (batch, None, None)
         try:
             y_pred = self.model(x, training=False)
@@ -303,9 +316,10 @@ class _Run:
                  "means may restart at the resumed batch, the weights are unaffected")
         self.model.reset_metrics()
 
-    def _refuse_kernel_random_state(self, iterator: Any) -> None:
-        """Before the first batch (replayed or trained): a train step whose random ops keep their state in
-        TF's kernels cannot resume exactly, so this run is refused before it writes a checkpoint."""
+    def _trace_train_step(self, iterator: Any) -> bool:
+        """Before the first batch (replayed or trained), trace the train step to a graph that never runs:
+        one whose random ops keep their state in TF's kernels cannot resume exactly, so this run is
+        refused before it writes a checkpoint. Returns whether the trace was made."""
         spec = getattr(iterator, "element_spec", None)
         try:
             if spec is None:
@@ -315,17 +329,19 @@ class _Run:
             warn(f"ReproCheckpoint could not trace the train step to check it for TF's stateful random ops "
                  f"({type(exc).__name__}: {exc}); if it calls any (tf.random.normal, tf.nn.dropout, ...), a resume "
                  "draws other numbers")
-            return
+            return False
         if found:
             raise CheckpointError(kernel_random.refusal(found, "ReproCheckpoint"),
                                   found if len(found) > 1 else None)
+        return True
 
     def _restore_random_state(self) -> None:
         """At the checkpoint's position: every RNG, and the model's variables (generators and
         SeedGenerators among them), as saved, undoing what building the metrics and replayed
         validation drew."""
         self.rng_pending = False
-        self._assign(model_state.slots(self.model), ("model", "generators"))
+        metrics = {id(v) for metric in self.model.metrics for v in metric.variables}  # Keras 2 lists them as the model's
+        self._assign(model_state.slots(self.model), ("model", "generators"), skip=metrics)
         seeding.set_rng_state(self.stored.manifest["rng"])
 
     def _rejoin(self) -> None:
@@ -388,6 +404,16 @@ class _Run:
 
 
 # helpers ------------------------------------------------------------------------------------------
+def _compiled_state_unbuilt(model: Any) -> bool:
+    """Whether ``compile`` left a loss or metrics that Keras builds only in the first training step."""
+    if _KERAS3:
+        return any(c is not None and not c.built for c in (model._compile_metrics, model._compile_loss))
+    wanted = {"compiled_metrics": ("_user_metrics", "_user_weighted_metrics"), "compiled_loss": ("_user_losses",)}
+    return any(container is not None and not getattr(container, "built", True)
+               and any(getattr(container, name, None) for name in names)
+               for container, names in ((getattr(model, key, None), names) for key, names in wanted.items()))
+
+
 def _steps_per_execution(model: Any) -> int:
     value = getattr(model, "steps_per_execution", None) if _KERAS3 else getattr(model, "_steps_per_execution", None)
     return 1 if value is None else int(value.numpy() if hasattr(value, "numpy") else value)

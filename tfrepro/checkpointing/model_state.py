@@ -83,12 +83,10 @@ def _keras2_generators(model: Any) -> list[Any]:
     return found
 
 
-def _is_variable(obj: Any) -> bool:
-    tf = _tf.import_tf()
-    if isinstance(obj, tf.Variable):
-        return True
-    variable_class = getattr(_tf.keras_module(), "Variable", None)  # Keras 3's, which wraps a tf.Variable
-    return isinstance(variable_class, type) and isinstance(obj, variable_class)
+def _variable_types() -> tuple[type, ...]:
+    """tf.Variable, and Keras 3's Variable, which wraps one."""
+    keras_variable = getattr(_tf.keras_module(), "Variable", None)
+    return (_tf.import_tf().Variable, *([keras_variable] if isinstance(keras_variable, type) else []))
 
 
 def _children(obj: Any) -> dict[str, Any]:
@@ -103,11 +101,12 @@ def graph_variables(root: Any) -> list[tuple[str, Any]]:
     """Every variable reachable from ``root`` through its object graph, breadth first, as
     ``tf.train.Checkpoint`` walks it, each once with its path (``layer/generator/state``). Keras 3
     SeedGenerators are not in that graph: a Keras 3 layer lists their states in ``variables``."""
+    variable_types = _variable_types()
     seen = {id(root)}
     queue: list[tuple[str, Any]] = [("", root)]
     found = []
     for path, obj in queue:
-        if _is_variable(obj):
+        if isinstance(obj, variable_types):
             found.append((path, obj))
             continue
         try:
@@ -127,7 +126,7 @@ def variables_of(root: Any) -> list[tuple[str, Any]]:
     random layers' generators, then the rest of its object graph (``graph_variables``)."""
     listed = getattr(root, "variables", None)
     listed = listed() if callable(listed) else listed
-    own = [(_name(v), v) for v in ([root] if _is_variable(root) else list(listed or []))]
+    own = [(_name(v), v) for v in ([root] if isinstance(root, _variable_types()) else list(listed or []))]
     if hasattr(root, "_flatten_layers"):
         own += [(_name(v), v) for v in _keras2_generators(root)]
     seen: set[int] = set()

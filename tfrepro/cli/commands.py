@@ -232,10 +232,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.repeats != 0 and args.repeats < 2:
         raise LaunchError(f"--repeats must be 0 (static scan only) or at least 2; got {args.repeats}")
     if args.tf_version is not None:
-        from tfrepro.ops.kernel_facts import ops_without_deterministic_kernel
+        from tfrepro.diagnosis.scanning import check_tf_version
 
         try:
-            ops_without_deterministic_kernel(args.tf_version)
+            check_tf_version(args.tf_version)
         except ValueError as exc:
             raise LaunchError(f"--tf-version: {exc}") from None
     config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops,

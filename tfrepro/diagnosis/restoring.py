@@ -130,6 +130,7 @@ class Snapshot:
 
     def __init__(self, layers: Sequence[Any]):
         self._variables: dict[int, tuple[Any, Any]] = {}
+        self._components: set[int] = set()
         self._rng = rng_state()
         self._holders = _legacy_seed_holders(layers)
         self._seeds = [holder._seed for holder in self._holders]
@@ -138,8 +139,11 @@ class Snapshot:
         tf = _tf.import_tf()
         for variable in variables:
             variable = plain(tf, variable)
-            if variable is not None and id(variable) not in self._variables:
-                self._variables[id(variable)] = (variable, np.array(variable.numpy(), copy=True))
+            if variable is None or id(variable) in self._variables or id(variable) in self._components:
+                continue
+            if isinstance(variable, tf.distribute.DistributedValues):  # restored as one; its replicas are its parts
+                self._components |= {id(part) for part in variable.values}
+            self._variables[id(variable)] = (variable, np.array(variable.numpy(), copy=True))
 
     @property
     def variables(self) -> list[Any]:

@@ -41,7 +41,7 @@ def check_tf_version(tf_version: str) -> kernel_facts.Version:
     high = max(high, _tf.parse_version(_tf.installed_tf_version()) or high)
     if not low <= version <= high:
         raise ValueError(f"TF {version[0]}.{version[1]} is outside the versions the kernel table covers "
-                         f"(TF {low[0]}.{low[1]}-{high[0]}.{high[1]}); give one of those")
+                         f"(TF {low[0]}.{low[1]}-{high[0]}.{high[1]}); give a version in that range")
     return version
 
 

@@ -43,13 +43,11 @@ def check(rule: Callable[..., tuple[tf.Tensor, Callable[[], tf.Tensor | str]]] |
         ok, message = rule(*args)
 
         def fail() -> tf.Tensor:
-            raised = []
-            if raised_by is not None:
+            false = tf.constant(False)
+            if raised_by is not None:  # a False computed from TF's op, so that it runs (and raises) first
                 with tf.device("/device:CPU:0"):
-                    raised = [raised_by(*args)]
-            with tf.control_dependencies(raised):
-                assertion = tf.raw_ops.Assert(condition=tf.constant(False), data=[message()])
-            with tf.control_dependencies([assertion]):
+                    false = tf.equal(tf.size(raised_by(*args), out_type=tf.int64), -1)
+            with tf.control_dependencies([tf.raw_ops.Assert(condition=false, data=[message()])]):
                 return tf.constant(False)
 
         return tf.cond(ok, lambda: tf.constant(True), fail)
@@ -72,6 +70,17 @@ def after(checks: list, tensor):
         return tensor
     with tf.control_dependencies(checks):
         return tf.identity(tensor)
+
+
+def gated(checks: list, value: tf.Tensor) -> tf.Tensor:
+    """``value``, computed from the checks' results: for small tensors that must not be used before
+    the checks pass. A control dependency (``after``) is lost where grappler folds ``value`` into a
+    constant (a table of num_segments rows would be allocated while the graph is optimised) or
+    inlines a traced kernel that takes it (whose body does not wait for its inputs: a later
+    check would run, and fail, first)."""
+    if not checks:
+        return value
+    return tf.where(tf.reduce_all(tf.stack(checks)), value, tf.zeros_like(value))
 
 
 def first_position(bad: tf.Tensor) -> tf.Tensor:

@@ -28,29 +28,68 @@ def _gather_axis0(params: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
     return forward(params)
 
 
+def _first_axis(axis, rank: int | None) -> bool:
+    """Whether ``axis`` is statically the first axis of params of rank ``rank``. An axis out of range
+    is not (TF's gather raises for it; it is never taken modulo the rank)."""
+    value = 0 if axis is None else tf.get_static_value(axis)
+    if value is None:
+        return False
+    value = int(value)
+    return value == 0 or (rank is not None and value == -rank)
+
+
+def _ragged_gather(params, indices, axis, batch_dims: int):
+    """``gather`` of ragged ``params`` or ``indices``, as TF's ragged gather. Where it moves whole
+    rows of the values (params' ragged dimensions, or dense params' first axis), TF's ragged gather
+    places the positions of those rows and tfrepro's axis-0 gather moves them, with its exact
+    gradient; a gather inside the rows is TF's, whose gradient sums through the rebound
+    ``math_ops.unsorted_segment_sum``."""
+    if isinstance(params, tf.RaggedTensor):
+        value = batch_dims if axis is None else tf.get_static_value(axis)
+        rank = params.shape.rank
+        inside_rows = value is None or rank is None or not -rank <= int(value) < rank or int(value) % rank > params.ragged_rank
+        if inside_rows:
+            return _stock.gather(params, indices, axis=axis, batch_dims=batch_dims)
+        values = params.flat_values
+        positions = params.with_flat_values(tf.range(tf.shape(values, out_type=params.row_splits.dtype)[0]))
+    else:
+        values = tf.convert_to_tensor(params)
+        if batch_dims != 0 or not _first_axis(axis, values.shape.rank):
+            return _stock.gather(values, indices, axis=axis, batch_dims=batch_dims)
+        positions = tf.range(tf.shape(values, out_type=indices.dtype)[0])
+    placed = _stock.gather(positions, indices, axis=axis, batch_dims=batch_dims)  # TF's checks and structure
+    return placed.with_flat_values(_gather_axis0(values, placed.flat_values))
+
+
 def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None):
-    """``tf.gather``. For ``axis=0, batch_dims=0`` (embeddings) the gradient aggregates repeated
-    indices exactly (see module doc). Other axes and ``batch_dims`` use TF's gather, whose gradient
-    sums through ``math_ops.unsorted_segment_sum``, which ``patch(ops=True)`` replaces."""
+    """``tf.gather``. For the first axis and ``batch_dims=0`` (embeddings) the gradient aggregates
+    repeated indices exactly (see module doc); so does a gather of ragged params or indices that
+    moves whole rows. Other axes and ``batch_dims`` use TF's gather, whose gradient sums through
+    ``math_ops.unsorted_segment_sum``, which ``patch(ops=True)`` replaces."""
     del validate_indices  # deprecated in TF, ignored there too
+    batch_dims = 0 if batch_dims is None else batch_dims  # TF's op takes None for 0
     with tf.name_scope(name or "DeterministicGather"):
+        if isinstance(params, tf.RaggedTensor) or isinstance(indices, tf.RaggedTensor):
+            return _ragged_gather(params, indices, axis, batch_dims)
         params = tf.convert_to_tensor(params)
         indices = tf.convert_to_tensor(indices)
-        axis_value = 0 if axis is None else tf.get_static_value(axis)
-        rank = params.shape.rank
-        first_axis = axis_value == 0 or (axis_value is not None and rank is not None and axis_value % max(rank, 1) == 0)
-        if batch_dims != 0 or not first_axis:
+        if batch_dims != 0 or not _first_axis(axis, params.shape.rank):
             return _stock.gather(params, indices, axis=axis, batch_dims=batch_dims)
         return _gather_axis0(params, indices)
 
 
 def embedding_lookup(params, ids, max_norm=None, name=None):
-    """``tf.nn.embedding_lookup`` with the exact gradient of ``gather``. Partitioned params (a list
-    of several tensors) go to TF's own lookup."""
+    """``tf.nn.embedding_lookup`` with the exact gradient of ``gather``; ragged ids as TF's (the
+    lookup of their values). Partitioned params (a list of several tensors) go to TF's own lookup,
+    and so do ragged params, which TF refuses."""
     if isinstance(params, (list, tuple)):
         if len(params) != 1:
             return _stock.embedding_lookup(params, ids, max_norm=max_norm, name=name)
         params = params[0]
+    if isinstance(params, tf.RaggedTensor):
+        return _stock.embedding_lookup(params, ids, max_norm=max_norm, name=name)
+    if isinstance(ids, tf.RaggedTensor):
+        return ids.with_flat_values(embedding_lookup(params, ids.flat_values, max_norm=max_norm, name=name))
     with tf.name_scope(name or "DeterministicEmbeddingLookup"):
         ids = tf.convert_to_tensor(ids)
         result = gather(params, ids)

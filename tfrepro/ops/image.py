@@ -124,8 +124,10 @@ def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear", ext
         raise ValueError(f"method must be 'bilinear' or 'nearest'; got {method!r}")
     with tf.name_scope(name or "DeterministicCropAndResize"):
         image = tf.convert_to_tensor(image)
-        boxes = tf.cast(tf.convert_to_tensor(boxes), tf.float32)
-        box_indices = tf.cast(tf.convert_to_tensor(box_indices), tf.int32)
+        # As TF's op: boxes that are not tensors become float32 (1e40 becomes inf, which TF's kernel
+        # refuses), box indices int32; tensors of other dtypes reach TF's kernel, which refuses them.
+        boxes = boxes if tf.is_tensor(boxes) else tf.convert_to_tensor(boxes, tf.float32)
+        box_indices = box_indices if tf.is_tensor(box_indices) else tf.convert_to_tensor(box_indices, tf.int32)
         crop_size = tf.convert_to_tensor(crop_size, tf.int32)
 
         @tf.custom_gradient
@@ -143,8 +145,12 @@ def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear", ext
 
 
 @check
-def _three_d(shape: tf.Tensor):
-    return tf.size(shape) >= 3, lambda: tf.strings.join(["input must be at least 3-D, got shape", shape_text(shape)])
+def _contrast_arguments(shape: tf.Tensor, factor_shape: tf.Tensor):
+    """AdjustContrastv2's checks, in its kernel's order: images at least 3-D, a scalar factor."""
+    three_d, scalar = tf.size(shape) >= 3, tf.equal(tf.size(factor_shape), 0)
+    return three_d & scalar, lambda: tf.cond(
+        three_d, lambda: tf.strings.join(["contrast_factor must be scalar: ", shape_text(factor_shape)]),
+        lambda: tf.strings.join(["input must be at least 3-D, got shape", shape_text(shape)]))
 
 
 def adjust_contrastv2(images, contrast_factor, name=None):
@@ -154,9 +160,12 @@ def adjust_contrastv2(images, contrast_factor, name=None):
     with tf.name_scope(name or "DeterministicAdjustContrast"):
         images = tf.convert_to_tensor(images)
         factor = tf.cast(tf.convert_to_tensor(contrast_factor), images.dtype)
-        if not tf.executing_eagerly() and images.shape.rank is not None and images.shape.rank < 3:
-            raise ValueError(f"Shape must be at least rank 3 but is rank {images.shape.rank}")  # TF's shape function
-        images = after(_three_d(tf.shape(images)), images)
+        if not tf.executing_eagerly():  # TF's shape function
+            if images.shape.rank is not None and images.shape.rank < 3:
+                raise ValueError(f"Shape must be at least rank 3 but is rank {images.shape.rank}")
+            if factor.shape.rank not in (None, 0):
+                raise ValueError(f"Shape must be rank 0 but is rank {factor.shape.rank} (contrast_factor)")
+        images = after(_contrast_arguments(tf.shape(images), tf.shape(factor)), images)
         shape = tf.shape(images)
         wide = tf.cast(images, tf.float32) if images.dtype in (tf.float16, tf.bfloat16) else images
         mean = reduce_sum(wide, axis=[-3, -2], keepdims=True) / tf.cast(shape[-3] * shape[-2], wide.dtype)

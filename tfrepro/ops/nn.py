@@ -56,8 +56,8 @@ def _broadcastable(labels_shape: tf.Tensor, logits_shape: tf.Tensor):
     def padded(shape: tf.Tensor) -> tf.Tensor:
         return tf.concat([tf.ones([rank - tf.size(shape)], tf.int32), shape], 0)
 
-    ones, twos = padded(labels_shape), padded(logits_shape)
-    return tf.reduce_all((ones == twos) | (ones == 1) | (twos == 1)), lambda: tf.strings.join([
+    ones, twos = padded(labels_shape), padded(logits_shape)  # tf.equal: in a TF1 graph, == compares identity
+    return tf.reduce_all(tf.equal(ones, twos) | tf.equal(ones, 1) | tf.equal(twos, 1)), lambda: tf.strings.join([
         "logits and labels must be broadcastable: logits_size=", shape_text(logits_shape),
         " labels_size=", shape_text(labels_shape)])
 
@@ -151,8 +151,8 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
         if not labels.dtype.is_integer:
             raise TypeError(f"labels must be int32 or int64; got {labels.dtype.name}")
         dtype = _compute_dtype(logits.dtype)
+        shapes = _sparse_xent_static_shapes(labels, logits)  # first, as in TF: before any slicing of shapes
         classes = tf.shape(logits, out_type=labels.dtype)[-1]
-        shapes = _sparse_xent_static_shapes(labels, logits)
         labels = after(_sparse_labels(labels, tf.shape(logits), tf.cast(classes, labels.dtype), shapes), labels)
 
         @tf.custom_gradient
@@ -185,8 +185,10 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, 
                                        exponential_avg_factor=exponential_avg_factor)
     with tf.name_scope(name or "DeterministicFusedBatchNorm"):
         x = tf.convert_to_tensor(x)
-        scale, offset = tf.convert_to_tensor(scale), tf.convert_to_tensor(offset)
-        mean, variance = tf.convert_to_tensor(mean), tf.convert_to_tensor(variance)
+        scale = tf.convert_to_tensor(scale)
+        # As TF's op: values that are not tensors (NumPy float64 statistics) take scale's dtype.
+        offset, mean, variance = (v if tf.is_tensor(v) else tf.convert_to_tensor(v, scale.dtype)
+                                  for v in (offset, mean, variance))
         channels_last = not data_format.startswith("NC")
         rank = len(data_format)  # NHWC, NCHW, NDHWC, NCDHW: exact also when x's rank is unknown
         axes = [a for a in range(rank) if a != (rank - 1 if channels_last else 1)]

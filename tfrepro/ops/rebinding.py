@@ -3,11 +3,16 @@ TF's own gradient code use, to the ops in ``tfrepro.ops``.
 
 Each target is either a public name (``tf.math.unsorted_segment_sum``), an attribute of an internal
 module that callers look up at call time (``math_ops.unsorted_segment_sum``, used by the gather
-gradient for ``axis != 0``, by ``IndexedSlices`` aggregation in the optimizers and elsewhere), or a
+gradient for ``axis != 0``, by ``IndexedSlices`` aggregation in the optimizers and elsewhere;
+``math_ops.segment_sum``, which ``embedding_lookup_sparse`` sums with; ``nn_impl.fused_batch_norm``), or a
 generated-op module seen by one module (``indexed_slices`` densifies ``IndexedSlices`` through
 ``gen_math_ops.unsorted_segment_sum``; ``tf.image.resize`` and ``crop_and_resize`` reach their kernels
 through ``image_ops_impl.gen_image_ops``): such a module is replaced, in that one module only, by a
 view that differs in the replaced ops alone.
+
+``array_ops.gather`` is not rebound: TF's own code (shape arithmetic, gradients, ragged and sparse
+ops) calls it everywhere, mostly on integer shapes; its gradient is an ``IndexedSlices`` whose
+repeats are summed by the rebound segment sums (densified, or de-duplicated by the optimizers).
 """
 
 from __future__ import annotations
@@ -40,9 +45,9 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
         "tf.math.unsorted_segment_sqrt_n", "tf.compat.v1.math.unsorted_segment_sqrt_n",
         "tensorflow.python.ops.math_ops:unsorted_segment_sqrt_n")),
     "segment_sum": (segment.segment_sum, ("tf.math.segment_sum", "tf.compat.v1.math.segment_sum",
-                                      "tf.compat.v1.segment_sum")),
+                                      "tf.compat.v1.segment_sum", "tensorflow.python.ops.math_ops:segment_sum")),
     "segment_mean": (segment.segment_mean, ("tf.math.segment_mean", "tf.compat.v1.math.segment_mean",
-                                        "tf.compat.v1.segment_mean")),
+                                        "tf.compat.v1.segment_mean", "tensorflow.python.ops.math_ops:segment_mean")),
     "bias_add": (nn.bias_add, ("tf.nn.bias_add", "tf.compat.v1.nn.bias_add",
                                 "tensorflow.python.ops.nn_ops:bias_add")),
     "softmax_cross_entropy_with_logits": (nn.softmax_cross_entropy_with_logits, (
@@ -61,7 +66,9 @@ TABLE: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
         "tensorflow.python.ops.image_ops_impl:gen_image_ops.resize_nearest_neighbor",)),
     "crop_and_resize": (image.crop_and_resize, (
         "tensorflow.python.ops.image_ops_impl:gen_image_ops.crop_and_resize",)),
-    "fused_batch_norm": (nn.fused_batch_norm, ("tf.compat.v1.nn.fused_batch_norm",)),
+    "fused_batch_norm": (nn.fused_batch_norm, ("tf.compat.v1.nn.fused_batch_norm",
+                                                "tensorflow.python.ops.nn_impl:fused_batch_norm",
+                                                "tensorflow.python.ops.nn:fused_batch_norm")),
     "adjust_contrast": (image.adjust_contrastv2, (
         "tensorflow.python.ops.image_ops_impl:gen_image_ops.adjust_contrastv2",)),
 }

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrepro.ops import _stock
-from tfrepro.ops._checks import after, check, first_position, joined, shape_text, text
+from tfrepro.ops._checks import after, check, first_position, gated, joined, shape_text, text
 from tfrepro.ops._exact_sum import Plan, current_plan, reduce_sum_keepdims, segment_sum_2d, traced
 
 
@@ -30,31 +30,27 @@ def _gather_kept(grad: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tenso
 
 @traced
 def _exact_segment_sum_kernel(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor, plan: Plan) -> tf.Tensor:
-    @tf.custom_gradient
-    def forward(values):
-        flat, ids, inner = _flat(values, segment_ids)
-        total = segment_sum_2d(flat, ids, num_segments, plan)
-        out_shape = tf.concat([tf.reshape(num_segments, [1]), inner], 0)
-        result = tf.cast(tf.reshape(total, out_shape), values.dtype)
-
-        def grad(dy):
-            return _gather_kept(dy, segment_ids, num_segments)
-
-        return result, grad
-
-    return forward(data)
+    flat, ids, inner = _flat(data, segment_ids)
+    total = segment_sum_2d(flat, ids, num_segments, plan)
+    return tf.cast(tf.reshape(total, tf.concat([tf.reshape(num_segments, [1]), inner], 0)), data.dtype)
 
 
 def _exact_segment_sum(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
     plan = current_plan()
     if plan.accumulator.startswith("tf"):  # TF's sum: deterministic under op determinism, not order-invariant
         return _stock.unsorted_segment_sum(data, segment_ids, num_segments)
-    result = _exact_segment_sum_kernel(data, segment_ids, num_segments, plan)
-    if data.shape.rank is not None and segment_ids.shape.rank is not None:
-        static_segments = tf.get_static_value(num_segments)
-        result.set_shape([static_segments if static_segments is not None else None]
-                         + data.shape[segment_ids.shape.rank:].as_list())
-    return result
+
+    # The gradient is defined here, outside the traced kernel, which is never differentiated: a
+    # kernel's gradient would need its call rewritten to return more outputs, which TF cannot do in
+    # a TF1 graph that a Session has run. (The same holds for every kernel with a gradient.)
+    @tf.custom_gradient
+    def forward(values):
+        def grad(dy):
+            return _gather_kept(dy, segment_ids, num_segments)
+
+        return _exact_segment_sum_kernel(tf.stop_gradient(values), segment_ids, num_segments, plan), grad
+
+    return forward(data)
 
 
 _MAX_SEGMENTS = 2**31 - 2  # num_segments + 1 slots (one for dropped ids) stay in int32
@@ -74,7 +70,7 @@ def _unsorted_ids(data_shape: tf.Tensor, segment_ids: tf.Tensor, num_segments: t
     def out_of_range() -> tf.Tensor:
         position = first_position(too_large)
         return tf.strings.join(["segment_ids[", joined(tf.unravel_index(position, ids_shape), ","), "] = ",
-                                text(tf.gather(tf.reshape(segment_ids, [-1]), position)),
+                                text(_stock.gather(tf.reshape(segment_ids, [-1]), position)),
                                 " is out of range [0, ", text(num_segments), ")"])
 
     def message() -> tf.Tensor:
@@ -87,26 +83,55 @@ def _unsorted_ids(data_shape: tf.Tensor, segment_ids: tf.Tensor, num_segments: t
 
 
 def _segment_sum(data, segment_ids, num_segments) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """The order-invariant unsorted segment sum, with the checked ids and num_segments as int32."""
+    """The order-invariant unsorted segment sum, with the checked ids and num_segments as int32.
+    A num_segments past tfrepro's limit raises InvalidArgumentError when the op runs, as TF's does
+    for one its kernel cannot take."""
     data = tf.convert_to_tensor(data)
     static_segments = tf.get_static_value(num_segments)
-    if static_segments is not None and np.max(static_segments) > _MAX_SEGMENTS:
-        raise ValueError(f"tfrepro.ops supports num_segments up to 2**31 - 2; got {static_segments} (an output "
-                         "of 2**31 rows or more): split the ids into ranges and sum each")
     requested = tf.reshape(tf.cast(num_segments, tf.int64), [])  # a scalar, also when traced unshaped
     num_segments = tf.cast(tf.minimum(requested, _MAX_SEGMENTS), tf.int32)
     segment_ids = tf.convert_to_tensor(segment_ids)
     rank = segment_ids.shape.rank
     if not tf.executing_eagerly() and rank is not None and not data.shape[:rank].is_compatible_with(segment_ids.shape):
         raise ValueError(f"data.shape = {data.shape} does not start with segment_ids.shape = {segment_ids.shape}")
-    segment_ids = after(_unsorted_ids(tf.shape(data, out_type=tf.int64), segment_ids, requested), segment_ids)
+    checks = _unsorted_ids(tf.shape(data, out_type=tf.int64), segment_ids, requested)
+    segment_ids, num_segments = after(checks, segment_ids), gated(checks, num_segments)  # nothing sized before
     if data.dtype.is_complex:
         real = _exact_segment_sum(tf.math.real(data), segment_ids, num_segments)
         imag = _exact_segment_sum(tf.math.imag(data), segment_ids, num_segments)
-        return tf.complex(real, imag), segment_ids, num_segments
-    if not data.dtype.is_floating:
-        return _stock.unsorted_segment_sum(data, segment_ids, num_segments), segment_ids, num_segments
-    return _exact_segment_sum(data, segment_ids, num_segments), segment_ids, num_segments
+        result = tf.complex(real, imag)
+    elif data.dtype.is_floating:
+        result = _exact_segment_sum(data, segment_ids, num_segments)
+    else:
+        result = _stock.unsorted_segment_sum(data, segment_ids, num_segments)
+    if data.shape.rank is not None and rank is not None:
+        rows = None if static_segments is None or np.size(static_segments) != 1 else int(np.reshape(static_segments, []))
+        result.set_shape([rows] + data.shape[rank:].as_list())
+    return result, segment_ids, num_segments
+
+
+def _is_ragged(*values) -> bool:
+    return any(isinstance(value, tf.RaggedTensor) for value in values)
+
+
+def _ragged_segments(reduction, data, segment_ids, num_segments):
+    """``reduction`` (an unsorted segment op) of ragged ``data`` or ``segment_ids``, row by row and
+    position by position, as TF's ragged dispatch computes it, with ``reduction`` on the values."""
+    from tensorflow.python.ops.ragged import ragged_math_ops  # TF's ragged segment reduction (no public name)
+
+    return ragged_math_ops._ragged_segment_aggregate(reduction, data, segment_ids, num_segments)
+
+
+def _ragged_mean(data, segment_ids, num_segments, root: bool):
+    """TF's ragged segment mean (``root``: sqrt_n): the ragged sums over the ragged counts."""
+    total = _ragged_segments(unsorted_segment_sum, data, segment_ids, num_segments)
+    ones = tf.RaggedTensor.from_nested_row_splits(tf.ones_like(data.flat_values), data.nested_row_splits,
+                                                  validate=False)
+    count = _ragged_segments(unsorted_segment_sum, ones, segment_ids, num_segments)
+    if not isinstance(total, tf.RaggedTensor):  # ragged ids: the values summed into dense rows
+        return total / (tf.sqrt(count) if root else count)
+    count = tf.sqrt(count.flat_values) if root else count.flat_values
+    return total.with_flat_values(total.flat_values / count)
 
 
 def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
@@ -115,8 +140,11 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
     Floating dtypes (float16, bfloat16, float32, float64) go through the exact int64 accumulation;
     integer dtypes are exact already and use TF's kernel. Gradients are deterministic (a gather).
     Ids >= num_segments raise InvalidArgumentError on every device, with TF's CPU message; under
-    XLA they are dropped, as by TF's own op there.
+    XLA they are dropped, as by TF's own op there. Ragged data (or ids) is summed as TF sums it,
+    position by position within rows, with this sum on the values.
     """
+    if _is_ragged(data, segment_ids):
+        return _ragged_segments(unsorted_segment_sum, data, segment_ids, num_segments)
     with tf.name_scope(name or "DeterministicUnsortedSegmentSum"):
         return _segment_sum(data, segment_ids, num_segments)[0]
 
@@ -130,7 +158,9 @@ def _segment_counts(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Te
 
 
 def unsorted_segment_mean(data, segment_ids, num_segments, name=None):
-    """``tf.math.unsorted_segment_mean`` (empty segments give 0), order-invariant."""
+    """``tf.math.unsorted_segment_mean`` (empty segments give 0), order-invariant; ragged as TF."""
+    if _is_ragged(data, segment_ids):
+        return _ragged_mean(data, segment_ids, num_segments, root=False)
     with tf.name_scope(name or "DeterministicUnsortedSegmentMean"):
         data = tf.convert_to_tensor(data)
         total, segment_ids, num_segments = _segment_sum(data, segment_ids, num_segments)
@@ -138,15 +168,22 @@ def unsorted_segment_mean(data, segment_ids, num_segments, name=None):
 
 
 def unsorted_segment_sqrt_n(data, segment_ids, num_segments, name=None):
-    """``tf.math.unsorted_segment_sqrt_n``: the sum divided by sqrt(count), order-invariant."""
+    """``tf.math.unsorted_segment_sqrt_n``: the sum divided by sqrt(count), order-invariant; ragged as TF."""
+    if _is_ragged(data, segment_ids):
+        return _ragged_mean(data, segment_ids, num_segments, root=True)
     with tf.name_scope(name or "DeterministicUnsortedSegmentSqrtN"):
         data = tf.convert_to_tensor(data)
         total, segment_ids, num_segments = _segment_sum(data, segment_ids, num_segments)
         return total / tf.sqrt(_segment_counts(data, segment_ids, num_segments))
 
 
-@check
-def _sorted_ids(rows: tf.Tensor, segment_ids: tf.Tensor):
+def _sorted_kernel(data_shape: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
+    """TF's SegmentSum on zeros of data's leading shape: its CPU kernel raises TF's error for the ids."""
+    return _stock.segment_sum(tf.zeros(data_shape[:1]), segment_ids)
+
+
+@check(raised_by=_sorted_kernel)
+def _sorted_ids(data_shape: tf.Tensor, segment_ids: tf.Tensor):
     """The sorted segment ops' checks, with the message of the first that fails in TF's kernel."""
     flat = tf.reshape(segment_ids, [-1])
     size = tf.size(flat, out_type=tf.int64)
@@ -154,19 +191,26 @@ def _sorted_ids(rows: tf.Tensor, segment_ids: tf.Tensor):
     previous, following = flat[:-1], flat[1:]
     decreasing = following < previous
     bad = decreasing | (tf.not_equal(following, previous) & ((previous < 0) | (previous >= last + 1)))
-    sized, non_negative = tf.equal(size, rows), (size == 0) | (last >= 0)
+    ranked = tf.size(data_shape) >= 1
+    rows = tf.concat([data_shape, [-1]], 0)[0]
+    vector = tf.equal(tf.rank(segment_ids), 1)
+    sized, non_negative = tf.equal(size, rows), tf.equal(size, 0) | (last >= 0)
 
     def out_of_order() -> tf.Tensor:
         position = first_position(bad)
-        return tf.cond(tf.gather(decreasing, position), lambda: tf.constant("segment ids are not increasing"),
-                       lambda: tf.strings.join(["Segment id ", text(tf.gather(previous, position)), " out of range [0, ",
+        return tf.cond(_stock.gather(decreasing, position), lambda: tf.constant("segment ids are not increasing"),
+                       lambda: tf.strings.join(["Segment id ", text(_stock.gather(previous, position)), " out of range [0, ",
                                                 text(last + 1), "), possibly because 'segment_ids' input is not sorted."]))
 
-    def message() -> tf.Tensor:
-        return tf.cond(sized, lambda: tf.cond(non_negative, out_of_order, lambda: tf.constant("segment ids must be >= 0")),
-                       lambda: tf.constant("segment_ids should be the same size as dimension 0 of input."))
+    def ids_message() -> tf.Tensor:
+        return tf.cond(sized, lambda: tf.cond(non_negative, out_of_order, lambda: tf.constant(
+            "segment ids must be >= 0")), lambda: tf.constant("segment_ids should be the same size as dimension 0 of input."))
 
-    return sized & non_negative & tf.logical_not(tf.reduce_any(bad)), message
+    def message() -> tf.Tensor:
+        return tf.cond(ranked, lambda: tf.cond(vector, ids_message, lambda: tf.constant(
+            "segment_ids should be a vector.")), lambda: tf.constant("input must be at least rank 1"))
+
+    return ranked & vector & sized & non_negative & tf.logical_not(tf.reduce_any(bad)), message
 
 
 def _last_id(flat: tf.Tensor) -> tf.Tensor:
@@ -176,12 +220,18 @@ def _last_id(flat: tf.Tensor) -> tf.Tensor:
 
 def _sorted_segments(data: tf.Tensor, segment_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """``(data, segment_ids, num_segments)`` once the sorted segment ops' checks pass; num_segments
-    is the last id + 1."""
+    is the last id + 1. Ranks known where a graph is built are checked there, as TF's shape function does."""
+    if not tf.executing_eagerly():
+        if data.shape.rank == 0:
+            raise ValueError("Shape must be at least rank 1 but is rank 0 (data of a sorted segment op)")
+        if segment_ids.shape.rank not in (None, 1):
+            raise ValueError(f"Shape must be rank 1 but is rank {segment_ids.shape.rank} (segment_ids of a sorted "
+                             "segment op)")
     static_size, static_rows = segment_ids.shape.num_elements(), data.shape[:1].num_elements()
     if not tf.executing_eagerly() and None not in (static_size, static_rows) and static_size != static_rows:
         data = tf.compat.v1.placeholder_with_default(data, shape=None)  # fails when run, as TF's op does
-    checks = _sorted_ids(tf.shape(data, out_type=tf.int64)[0], segment_ids)
-    segment_ids = after(checks, segment_ids)
+    # gated, not after: the unsorted sum's own checks must not run (and fail first) before these
+    segment_ids = gated(_sorted_ids(tf.shape(data, out_type=tf.int64), segment_ids), segment_ids)
     return data, segment_ids, _last_id(tf.reshape(segment_ids, [-1])) + 1
 
 
@@ -216,7 +266,7 @@ def _static_axes(axis, rank: int | None) -> list[int] | None:
 def _reduction_axes(rank: tf.Tensor, axes: tf.Tensor):
     bad = (axes < -tf.maximum(rank, 1)) | (axes >= tf.maximum(rank, 1))
     return tf.logical_not(tf.reduce_any(bad)), lambda: tf.strings.join([
-        "Invalid reduction dimension (", text(tf.gather(axes, first_position(bad))), " for input with ", text(rank),
+        "Invalid reduction dimension (", text(_stock.gather(axes, first_position(bad))), " for input with ", text(rank),
         " dimension(s)"])
 
 
@@ -232,7 +282,7 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
             return _stock.reduce_sum(x, axis=axis, keepdims=keepdims)
         static_axes = _static_axes(axis, x.shape.rank)
         if static_axes is not None:  # kept static: the sum picks its kernels by them
-            result = _reduce_sum_kernel(x, tuple(static_axes), keepdims, current_plan())
+            result = _reduce_sum(x, tuple(static_axes), keepdims)
             dims = x.shape.as_list()
             result.set_shape([1 if i in static_axes else d for i, d in enumerate(dims)] if keepdims
                              else [d for i, d in enumerate(dims) if i not in static_axes])
@@ -240,27 +290,36 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
         rank = tf.rank(x)
         axes = tf.range(rank) if axis is None else tf.reshape(tf.convert_to_tensor(axis, tf.int32), [-1])
         axes = after(_reduction_axes(rank, axes), tf.math.floormod(axes, tf.maximum(rank, 1)))
-        return _reduce_sum_kernel(x, axes, keepdims, current_plan())
+        return _reduce_sum(x, axes, keepdims)
 
 
 @traced
 def _reduce_sum_kernel(x: tf.Tensor, axes: tf.Tensor | tuple[int, ...], keepdims: bool, plan: Plan) -> tf.Tensor:
     if isinstance(axes, tuple):
         kept = [i for i in range(x.shape.rank) if i not in axes]
-        kept_shape = tf.gather(tf.shape(x), tf.constant(kept, tf.int32, shape=[len(kept)]))
+        kept_shape = _stock.gather(tf.shape(x), tf.constant(kept, tf.int32, shape=[len(kept)]))
     else:
         reduced = tf.reduce_any(tf.equal(tf.range(tf.rank(x))[:, None], axes[None, :]), axis=1)
         kept_shape = tf.boolean_mask(tf.shape(x), tf.logical_not(reduced))
+    total = tf.cast(reduce_sum_keepdims(x, axes, plan), x.dtype)
+    return total if keepdims else tf.reshape(total, kept_shape)
+
+
+def _reduce_sum(x: tf.Tensor, axes: tf.Tensor | tuple[int, ...], keepdims: bool) -> tf.Tensor:
+    """The traced sum, with its gradient defined outside the kernel (see ``_exact_segment_sum``)."""
+    plan = current_plan()
 
     @tf.custom_gradient
     def forward(values):
-        total = tf.cast(reduce_sum_keepdims(values, axes, plan), values.dtype)
+        total = _reduce_sum_kernel(tf.stop_gradient(values), axes, keepdims, plan)
 
         def grad(dy):
-            if not keepdims:
-                dy = tf.reshape(dy, tf.shape(total))
+            if not keepdims:  # back to the kept dimensions' places
+                reduced = tf.constant(axes, tf.int32, shape=[len(axes)]) if isinstance(axes, tuple) else axes
+                reduced = tf.reduce_any(tf.equal(tf.range(tf.rank(values))[:, None], reduced[None, :]), axis=1)
+                dy = tf.reshape(dy, tf.where(reduced, 1, tf.shape(values)))
             return tf.broadcast_to(dy, tf.shape(values))
 
-        return (total if keepdims else tf.reshape(total, kept_shape)), grad
+        return total, grad
 
     return forward(x)

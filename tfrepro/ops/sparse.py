@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from tfrepro.ops import _stock
 from tfrepro.ops._exact_sum import same_summation
-from tfrepro.ops._checks import after, check, first_position, shape_text, text
+from tfrepro.ops._checks import after, check, first_position, gated, shape_text, text
 from tfrepro.ops.segment import reduce_sum, unsorted_segment_sum
 
 
@@ -101,35 +101,55 @@ def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=tf.int32, 
         return counts if weights is not None else tf.cast(counts, dtype)
 
 
+def _static_inner_dimensions(a_shape: tf.Tensor, b: tf.Tensor, adjoint_a: bool, adjoint_b: bool) -> None:
+    """TF's shape function: inner dimensions known where a graph is built must agree (ValueError)."""
+    if tf.executing_eagerly():
+        return
+    shape = tf.get_static_value(a_shape)
+    if shape is None or len(shape) != 2 or b.shape.rank != 2:
+        return
+    inner, b_inner = int(shape[0 if adjoint_a else 1]), b.shape[1 if adjoint_b else 0]
+    if b_inner is not None and inner != b_inner:
+        raise ValueError(f"Dimensions must be equal, but are {inner} and {b_inner} for sparse_dense_matmul: "
+                         f"A is {list(shape)}{' (adjoint)' if adjoint_a else ''}, B is {b.shape}"
+                         f"{' (adjoint)' if adjoint_b else ''}")
+
+
 def sparse_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=None):
     """``tf.sparse.sparse_dense_matmul`` for a sparse ``sp_a`` and real dtypes: each output row is an
     order-invariant sum of its nonzeros' contributions; gradients for the sparse values and ``b``
-    likewise. A dense ``sp_a`` with a sparse ``b``, or complex dtypes, go to TF's op."""
-    if not isinstance(sp_a, tf.SparseTensor) or sp_a.values.dtype.is_complex:
-        return _stock.sparse_dense_matmul(sp_a, b, adjoint_a=adjoint_a, adjoint_b=adjoint_b, name=name)
+    likewise. float16 and bfloat16 multiply and sum in float32, as TF's kernels accumulate. A
+    dense ``sp_a`` with a sparse ``b``, complex dtypes, or dtypes that differ (TF's error) go to TF's op."""
+    if isinstance(sp_a, tf.SparseTensor) and not tf.is_tensor(b):
+        b = tf.convert_to_tensor(b, sp_a.values.dtype)  # as TF's op converts it
+    if not isinstance(sp_a, tf.SparseTensor) or sp_a.values.dtype.is_complex or b.dtype != sp_a.values.dtype:
+        return _stock.sparse_dense_matmul(sp_a, b, adjoint_a=adjoint_a, adjoint_b=adjoint_b, name=name)  # or TF's error
     with tf.name_scope(name or "DeterministicSparseDenseMatmul"):
-        b = tf.convert_to_tensor(b)
         b_shape = tf.shape(b, out_type=tf.int64)
         a_shape = sp_a.dense_shape
+        _static_inner_dimensions(a_shape, b, adjoint_a, adjoint_b)
         if adjoint_b:
             b = tf.transpose(b)
-        rows, cols = sp_a.indices[:, 0], sp_a.indices[:, 1]
+        checks = _sparse_product(sp_a.indices, a_shape, b_shape, adjoint_a, adjoint_b)
+        indices, b = gated(checks, sp_a.indices), after(checks, b)  # the sums' own checks come after these
+        rows, cols = indices[:, 0], indices[:, 1]
         out_rows = a_shape[0]
         if adjoint_a:
             rows, cols, out_rows = cols, rows, a_shape[1]
-        b = after(_sparse_product(sp_a.indices, a_shape, b_shape, adjoint_a, adjoint_b), b)
+        wide = tf.float32 if b.dtype in (tf.float16, tf.bfloat16) else b.dtype
 
         @tf.custom_gradient
         def forward(values, dense):
-            picked = _stock.gather(dense, cols)
-            result = unsorted_segment_sum(values[:, None] * picked, rows, out_rows)
+            values_wide, picked = tf.cast(values, wide), _stock.gather(tf.cast(dense, wide), cols)
+            result = tf.cast(unsorted_segment_sum(values_wide[:, None] * picked, rows, out_rows), dense.dtype)
 
             @same_summation
             def grad(dy):
-                spread = _stock.gather(dy, rows)
+                spread = _stock.gather(tf.cast(dy, wide), rows)
                 d_values = reduce_sum(spread * picked, axis=1)
-                d_dense = unsorted_segment_sum(values[:, None] * spread, cols, tf.shape(dense, out_type=cols.dtype)[0])
-                return d_values, d_dense
+                d_dense = unsorted_segment_sum(values_wide[:, None] * spread, cols,
+                                               tf.shape(dense, out_type=cols.dtype)[0])
+                return tf.cast(d_values, values.dtype), tf.cast(d_dense, dense.dtype)
 
             return result, grad
 

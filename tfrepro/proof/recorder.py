@@ -20,9 +20,7 @@ def _variable_name(variable: Any) -> str:
 def model_summary(model: Any) -> dict[str, Any]:
     """Layer names and, for every weight variable in model order, its name, layer, shape and dtype."""
     owner: dict[int, str] = {}
-    for layer in model.layers:
-        for weight in layer.weights:
-            owner.setdefault(id(weight), layer.name)
+    _own_weights(model.layers, "", owner)
     variables = [
         {
             "name": _variable_name(w),
@@ -34,6 +32,17 @@ def model_summary(model: Any) -> dict[str, Any]:
     ]
     return {"name": model.name, "class": type(model).__name__, "layers": [layer.name for layer in model.layers],
             "variables": variables}
+
+
+def _own_weights(layers: Any, prefix: str, owner: dict[int, str]) -> None:
+    """Each weight's innermost layer, as a path through nested models (``encoder/dense``)."""
+    for layer in layers:
+        path = f"{prefix}{layer.name}"
+        inner = getattr(layer, "layers", None)
+        if inner:  # a nested model: its own layers first, so the deepest owner wins
+            _own_weights(inner, f"{path}/", owner)
+        for weight in layer.weights:
+            owner.setdefault(id(weight), path)
 
 
 class Recorder:
