@@ -109,7 +109,8 @@ def test_a_custom_loop_under_tfrepro_run_checkpoint_resumes_mid_epoch_exactly(tm
     every = ["--checkpoint-every", "7"]
     full = train(tmp_path, "full", "--loop", tfrepro_run=["--checkpoint", str(tmp_path / "full-ckpt"), *every])
     ckpt = tmp_path / "ckpt"
-    train(tmp_path, "killed", "--loop", "--kill-at", "2,3", expect=KILLED, tfrepro_run=["--checkpoint", str(ckpt), *every])
+    train(tmp_path, "killed", "--loop", "--kill-at", "2,3", expect=KILLED,
+          tfrepro_run=["--checkpoint", str(ckpt), *every])
     newest = ckpt / "loop-0" / "ckpt-e000002-b00000001.npz"
     assert storage.list_checkpoints(ckpt / "loop-0")[-1] == newest
     proc = run_train(tmp_path, "resumed", "--loop", tfrepro_run=["--checkpoint", str(ckpt), *every])

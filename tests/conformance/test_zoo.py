@@ -58,6 +58,8 @@ def _refused() -> dict[tuple[str, str], str]:
         ("custom_loop", "check"): "never called Model.fit",
         ("custom_loop", "doctor"): "never called Model.fit",
         ("custom_loop", "resume"): "never called Model.fit",
+        ("custom_loop_checkpointed", "check"): "never called Model.fit",
+        ("custom_loop_checkpointed", "doctor"): "never called Model.fit",
         ("tf_random_ops", "resume"): "tf_random",
     }
     if KERAS2:  # Keras 2's keras-io examples draw from TF's stateful random ops
@@ -172,7 +174,8 @@ def _resume(folder: Path, pattern: str) -> dict:
     def run(name: str, **extra: str) -> dict:
         results = folder / f"{name}.jsonl"
         args = ("run", "--seed", str(SEED), "--checkpoint", str(folder / f"{name}-ckpt"), "--checkpoint-every", "3")
-        proc = _tfrepro(folder, *args, *_python(pattern, "--epochs", "3"), env=_env(results, **extra))
+        proc = _tfrepro(folder, *args, *_python(pattern, "--epochs", "3"),
+                        env=_env(results, ZOO_LOOP_DIR=str(folder / f"{name}-loop"), **extra))
         return _job(folder, proc, results)
 
     whole = run("whole")

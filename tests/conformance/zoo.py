@@ -380,8 +380,8 @@ def py_dataset(epochs):
     return fit(model, ShuffledBatches(), epochs=epochs)
 
 
-def custom_loop(epochs):
-    """A `GradientTape` loop without `fit`: a shuffled tf.data input, Dropout, Adam."""
+def _loop_parts():
+    """A `GradientTape` loop's parts: a shuffled tf.data input, a model with Dropout, Adam, the step."""
     model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8, activation="relu"),
                               keras.layers.Dropout(0.2), culprit(), keras.layers.Dense(CLASSES)])
     optimizer = keras.optimizers.Adam(1e-2)
@@ -395,14 +395,37 @@ def custom_loop(epochs):
         optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
         return loss
 
+    model.optimizer_for_zoo = optimizer
+    return model, optimizer, dataset, train_step
+
+
+def custom_loop(epochs):
+    """A `GradientTape` loop without `fit`."""
+    model, _, dataset, train_step = _loop_parts()
     step, losses = 0, []
     for _ in range(epochs):
         for x, y in dataset:
             losses.append(float(train_step(x, y)))
             step += 1
             kill_after_step(step)
-    model.optimizer_for_zoo = optimizer
     return model, {"loss": losses}
+
+
+def custom_loop_checkpointed(epochs):
+    """The same loop driven by `tfrepro.LoopCheckpoint` (``ZOO_LOOP_DIR``, else a fresh folder)."""
+    import tempfile
+
+    import tfrepro
+
+    model, optimizer, dataset, train_step = _loop_parts()
+    folder = os.environ.get("ZOO_LOOP_DIR") or tempfile.mkdtemp(prefix="tfrepro-zoo-loop-")
+    checkpoint = tfrepro.LoopCheckpoint(folder, every=3, model=model, optimizer=optimizer)
+    step, losses = 0, []
+    for _, (x, y) in checkpoint.loop(dataset, epochs=epochs):
+        losses.append(float(train_step(x, y)))
+        step += 1
+        kill_after_step(step)
+    return model, {"loss": losses or [0.0]}
 
 
 PATTERNS = {name: globals()[name] for name in zoo_patterns.PATTERNS}

@@ -215,3 +215,32 @@ def test_a_step_that_takes_x_alone_without_a_compiled_loss_is_diagnosed(source, 
         clean = tfrepro.diagnose(_reconstruction_model(keras, tf, dense(5, shuffle=False, name="twin")), data)
     assert diagnosis.where("nondeterministic") == ["encoder/culprit"], str(diagnosis)
     assert clean.clean, str(clean)
+
+
+def test_a_cell_called_inside_a_loop_is_compared_through_its_layer(keras, tf):
+    """An RNN calls its cell inside a while loop, out of the step's reach: the RNN's own call covers it."""
+    with tfrepro.patched(0):
+        model = keras.Sequential([keras.Input((4, 6)), keras.layers.SimpleRNN(5, name="rnn"),
+                                  keras.layers.Dense(3, name="last")])
+        model.compile(optimizer="adam", loss="mse")
+        diagnosis = tfrepro.diagnose(model, RNG.random((8, 4, 6)).astype("float32"), Y[:8])
+    assert diagnosis.clean, str(diagnosis)
+
+
+def test_layers_out_of_reach_are_reported_as_not_examined(keras, tf):
+    """A train_step that is a tf.function of its own runs its layers in a graph the repeats cannot read:
+    the step's results are still compared, but the diagnosis does not say clean."""
+    Custom = _custom_model_class(keras, tf)
+
+    class Compiled(Custom):
+        @tf.function
+        def train_step(self, data):
+            return super().train_step(data)
+
+    with tfrepro.patched(0):
+        model = _functional(keras, Compiled, keras.layers.Dense(5, name="middle"))
+        model.compile(optimizer="adam")
+        diagnosis = tfrepro.diagnose(model, X, Y)
+    assert not diagnosis.clean and not diagnosis.problems, str(diagnosis)
+    assert diagnosis.where("not examined") == ["train step"], str(diagnosis)
+    assert diagnosis.summary().startswith("no problem found in what was examined")

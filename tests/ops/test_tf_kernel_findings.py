@@ -68,7 +68,7 @@ def test_embedding_lookup_takes_ragged_ids_and_rejects_ragged_params_as_tf_does(
     _same(ops.embedding_lookup(table, ids, max_norm=1.0), tf.nn.embedding_lookup(table, ids, max_norm=1.0))
     errors = []
     for lookup in (tf.nn.embedding_lookup, ops.embedding_lookup):
-        with pytest.raises((ValueError, TypeError)) as raised:
+        with pytest.raises(Exception) as raised:  # a ValueError on TF 2.21, an AttributeError on 2.12
             lookup(RAGGED, [0])
         errors.append(type(raised.value))
     assert errors[0] is errors[1]
@@ -144,16 +144,19 @@ def test_gradients_of_gradients_build_in_a_tf1_graph_after_it_has_run():
 
 
 def test_a_huge_num_segments_raises_invalid_argument_when_the_op_runs():
-    """TF raises InvalidArgumentError when the op runs, also for a num_segments known when traced."""
+    """TF raises when the op runs, also for a num_segments known when traced (InvalidArgumentError on
+    TF 2.21, ResourceExhaustedError on 2.12); tfrepro's InvalidArgumentError says what it supports."""
     def op(sum_):
         return tf.function(lambda: sum_(tf.ones([2]), [0, 1], 2**40), autograph=False)
 
-    for sum_ in (tf.math.unsorted_segment_sum, ops.unsorted_segment_sum, ops.unsorted_segment_mean):
+    for sum_, error in ((tf.math.unsorted_segment_sum, tf.errors.OpError),
+                        (ops.unsorted_segment_sum, tf.errors.InvalidArgumentError),
+                        (ops.unsorted_segment_mean, tf.errors.InvalidArgumentError)):
         traced = op(sum_)
         traced.get_concrete_function()  # builds: the error comes when it runs
-        with pytest.raises(tf.errors.InvalidArgumentError):
+        with pytest.raises(error):
             traced()
-        with pytest.raises(tf.errors.InvalidArgumentError):
+        with pytest.raises(error):
             sum_(tf.ones([2]), [0, 1], 2**40)
     with pytest.raises(tf.errors.InvalidArgumentError, match="num_segments up to 2"):
         ops.unsorted_segment_sum(tf.ones([2]), [0, 1], 2**40)

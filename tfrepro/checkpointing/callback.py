@@ -340,7 +340,7 @@ class _Run:
         SeedGenerators among them), as saved, undoing what building the metrics and replayed
         validation drew."""
         self.rng_pending = False
-        metrics = {id(v) for metric in self.model.metrics for v in metric.variables}  # Keras 2 lists them as the model's
+        metrics = {id(v) for metric in self.model.metrics for v in metric.variables}  # in Keras 2's model.variables too
         self._assign(model_state.slots(self.model), ("model", "generators"), skip=metrics)
         seeding.set_rng_state(self.stored.manifest["rng"])
 

@@ -26,7 +26,8 @@ from tfrepro.errors import CheckpointError
 KERNEL_STATE_OPS = {
     "RandomStandardNormal": ("tf.random.normal", "tf.random.stateless_normal"),
     "RandomUniform": ("tf.random.uniform (also behind tf.nn.dropout and tf.image.random_*)",
-                      "tf.random.stateless_uniform (tf.nn.experimental.stateless_dropout, tf.image.stateless_random_*)"),
+                      "tf.random.stateless_uniform (tf.nn.experimental.stateless_dropout, "
+                      "tf.image.stateless_random_*)"),
     "RandomUniformInt": ("tf.random.uniform with an integer dtype", "tf.random.stateless_uniform"),
     "TruncatedNormal": ("tf.random.truncated_normal", "tf.random.stateless_truncated_normal"),
     "ParameterizedTruncatedNormal": ("parameterized_truncated_normal",
@@ -130,7 +131,8 @@ def watching() -> Iterator[list[tuple[str, str]]]:
         op_type = op_type.decode() if isinstance(op_type, bytes) else str(op_type)
         if op_type in KERNEL_STATE_OPS:
             name = op_name.decode() if isinstance(op_name, bytes) else op_name
-            seen.append((op_type, name or (tf.get_current_name_scope() if hasattr(tf, "get_current_name_scope") else "")))
+            scope = getattr(tf, "get_current_name_scope", lambda: "")  # eager ops have no name, only a scope
+            seen.append((op_type, name or scope()))
 
     op_callbacks.add_op_callback(callback)
     try:

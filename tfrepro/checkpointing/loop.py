@@ -71,7 +71,8 @@ class LoopCheckpoint:
 
     Limits: the model must be built (its variables exist) before ``loop`` or ``restore``. An unbuilt
     Keras optimizer is built for the trainable variables of the models given, as the first
-    ``apply_gradients(zip(grads, model.trainable_variables))`` builds it. Random ops of a step traced
+    ``apply_gradients(zip(grads, model.trainable_variables))`` builds it; one that trains other
+    variables (a GAN's two) must be built first (``optimizer.build(variables)``). Random ops of a step traced
     before ``loop`` started (a warm-up call of your ``tf.function``) are not seen. The input must
     yield the same batches in a new process (seeded, as under ``tfrepro.patch``).
     """
@@ -139,8 +140,8 @@ class LoopCheckpoint:
         if stored is None:
             return None
         groups = tuple(self.objects)
-        problems = storage.environment_problems(stored.manifest["environment"], self._environment(), ("keras", "objects",
-                                                                                                      "seed"))
+        problems = storage.environment_problems(stored.manifest["environment"], self._environment(),
+                                                ("keras", "objects", "seed"))
         if not problems and model_state.mismatch(stored.manifest["variables"], self._slots(), groups):
             self._build_optimizers()
         problems += model_state.mismatch(stored.manifest["variables"], self._slots(), groups)
@@ -171,8 +172,8 @@ class LoopCheckpoint:
         return self.position
 
     def save(self, *, epoch: int, batch: int, trained: int | None = None) -> Path:
-        """Save now, at ``batch`` batches done in ``epoch`` (``trained``: batches in all; by default
-        the last known count plus the batches since). Returns the file written."""
+        """Save now, at ``batch`` batches done in ``epoch`` (``trained``: batches in all, by default
+        ``position.trained``). Returns the file written."""
         if trained is None:
             trained = self.position.trained
         self.position = LoopPosition(epoch, batch, trained)

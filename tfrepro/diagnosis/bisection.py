@@ -322,12 +322,14 @@ def _examined(call: LayerCall | None, step: _Step) -> LayerCall | None:
 
 def _unexamined(step: _Step, spy: LayerCalls) -> list[Finding]:
     """Layers whose calls happened in a loop or function of their own with no compared call around them."""
+    compared = "every variable and the step's results were"
+    if not step.calls and len(spy.layers) > 1:
+        return [Finding("not examined", "train step", "no layer call was seen while the step was traced (a "
+                        "train_step that is a tf.function of its own, traced before, runs its layers out of reach), "
+                        f"so no layer's tensors or gradients were compared; {compared}", "", "dynamic")]
     paths = sorted({c.layer.path for c in step.calls if c.start in step.unexamined and _examined(c, step) is None})
-    if not paths:
-        return []
     return [Finding("not examined", path, "its calls run inside a loop or a function of their own, so its "
-                    "tensors and gradients were not compared; every variable and the step's results were", "",
-                    "dynamic") for path in paths]
+                    f"tensors and gradients were not compared; {compared}", "", "dynamic") for path in paths]
 
 
 def _attribute(model: Any, step: _Step, variation: dict[int, _Variation], spy: LayerCalls,

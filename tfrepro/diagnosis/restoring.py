@@ -21,14 +21,15 @@ from tfrepro.determinism.seeding import rng_state, set_rng_state
 
 
 def plain(tf: Any, variable: Any) -> Any:
-    """The ``tf.Variable`` behind a variable (a Keras 3 variable holds one), or None for anything else."""
-    if isinstance(variable, tf.Variable):
-        return variable
-    for name in ("_value", "value"):
+    """The ``tf.Variable`` behind a variable (a Keras 3 variable holds one, as does Keras 2's
+    ``AutoCastVariable`` under mixed precision), or None for anything else."""
+    for name in ("_value", "value", "_variable"):
+        if isinstance(variable, tf.Variable) and name != "_variable":
+            continue
         inner = getattr(variable, name, None)
-        if isinstance(inner, tf.Variable):
-            return inner
-    return None
+        if isinstance(inner, tf.Variable) and inner is not variable:
+            return plain(tf, inner)
+    return variable if isinstance(variable, tf.Variable) else None
 
 
 def _listed(value: Any) -> list[Any]:

@@ -178,8 +178,13 @@ def unsorted_segment_sqrt_n(data, segment_ids, num_segments, name=None):
 
 
 def _sorted_kernel(data_shape: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
-    """TF's SegmentSum on zeros of data's leading shape: its CPU kernel raises TF's error for the ids."""
-    return _stock.segment_sum(tf.zeros(data_shape[:1]), segment_ids)
+    """TF's SegmentSum on the ids' values (where the shapes pass; valid ids where they fail, which
+    the Assert reports), on zeros: its CPU kernel raises TF's message for bad values, unescaped.
+    Its arguments always have shapes it takes: grappler mis-optimises a branch whose shapes fail."""
+    flat = tf.reshape(segment_ids, [-1])
+    rows = tf.concat([data_shape, [-1]], 0)[0]
+    shaped = (tf.size(data_shape) >= 1) & tf.equal(tf.rank(segment_ids), 1) & tf.equal(tf.size(flat, tf.int64), rows)
+    return _stock.segment_sum(tf.zeros(tf.shape(flat)), tf.where(shaped, flat, tf.zeros_like(flat)))
 
 
 @check(raised_by=_sorted_kernel)
