@@ -144,7 +144,7 @@ def test_a_vae_sampling_in_inference_too_resumes_bitwise(tmp_path, keras, valida
 
     def make():
         vae = VAE()
-        vae(np.zeros((1, 4), "float32"))  # builds it (a resume restores variables that exist)
+        # unbuilt: the train step's trace before the first batch builds it, then the resume restores it
         vae.compile(optimizer=keras.optimizers.Adam(1e-2))
         return vae
 

@@ -72,11 +72,12 @@ def _sparse_matmul(op):
 
 def _batch_norm_grads(op):
     def run(x, scale, offset, mean, variance, **kwargs):
+        tensors = [t for t in (x, scale, offset, mean, variance) if tf.is_tensor(t)]  # not the NumPy ones
         with tf.GradientTape() as tape:
-            tape.watch([x, scale, offset, mean, variance])
+            tape.watch(tensors)
             outputs = op(x, scale, offset, mean, variance, **kwargs)
             loss = tf.reduce_sum(tf.cast(outputs[0], tf.float32) ** 2)
-        gradients = tape.gradient(loss, [x, scale, offset, mean, variance])
+        gradients = tape.gradient(loss, tensors)
         return outputs, [tf.constant("none") if g is None else g for g in gradients]  # which ones are None counts too
     return run
 

@@ -38,10 +38,12 @@ class ReproCheckpoint(keras.callbacks.Callback):
     - the epoch and batch, and the state of ``ReduceLROnPlateau``, ``EarlyStopping`` and
       ``ModelCheckpoint`` (``tfrepro.checkpointing.callback_states`` says what is not restored).
 
-    It refuses (``tfrepro.CheckpointError``, naming the layer and the stateless op to use) a model
-    whose train step calls TF's stateful random ops (``tf.random.normal``, ``tf.nn.dropout`` without
-    a seed tensor, ...), whose state lives inside TF's kernels: it checks the train step, traced to a
-    graph that never runs, before the first batch, and writes nothing.
+    Before the first batch it traces the train step to a graph that never runs, which creates what
+    the first step creates (optimizer slots, a GAN's two optimizers' included; metrics), then restores
+    the variables into them. It refuses (``tfrepro.CheckpointError``, naming the layer and the
+    stateless op to use, and writing nothing) a train step that calls TF's stateful random ops
+    (``tf.random.normal``, ``tf.nn.dropout`` without a seed tensor, ...), whose state lives inside
+    TF's kernels. A resume logs one line of what it loaded (logger ``tfrepro.checkpointing``, INFO).
 
     It saves at the end of every epoch (``every="epoch"``) or after every ``every`` batches (a save
     that falls on an epoch's last batch waits for the epoch's end), after the other callbacks of

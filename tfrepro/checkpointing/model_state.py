@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from tfrepro import _tf
+from tfrepro import _object_graph, _tf
+from tfrepro.checkpointing import storage
 
 GROUPS = ("model", "generators", "optimizer", "metrics")
 
@@ -89,35 +90,11 @@ def _variable_types() -> tuple[type, ...]:
     return (_tf.import_tf().Variable, *([keras_variable] if isinstance(keras_variable, type) else []))
 
 
-def _children(obj: Any) -> dict[str, Any]:
-    tf = _tf.import_tf()
-    view = getattr(tf.train, "TrackableView", None)
-    if view is not None:
-        return dict(view.children(obj))
-    return dict(obj._trackable_children("checkpoint"))  # what TrackableView reads, before TF 2.10
-
-
 def graph_variables(root: Any) -> list[tuple[str, Any]]:
     """Every variable reachable from ``root`` through its object graph, breadth first, as
     ``tf.train.Checkpoint`` walks it, each once with its path (``layer/generator/state``). Keras 3
     SeedGenerators are not in that graph: a Keras 3 layer lists their states in ``variables``."""
-    variable_types = _variable_types()
-    seen = {id(root)}
-    queue: list[tuple[str, Any]] = [("", root)]
-    found = []
-    for path, obj in queue:
-        if isinstance(obj, variable_types):
-            found.append((path, obj))
-            continue
-        try:
-            children = _children(obj)
-        except (AttributeError, TypeError):  # not trackable
-            continue
-        for name, child in children.items():
-            if id(child) not in seen:
-                seen.add(id(child))
-                queue.append((f"{path}/{name}" if path else name, child))
-    return found
+    return [(tracked.path, tracked.found) for tracked in _object_graph.walk([root])]
 
 
 def variables_of(root: Any) -> list[tuple[str, Any]]:
@@ -157,11 +134,11 @@ def slots(model: Any) -> list[Slot]:
     return found
 
 
-def saved_value(stored: Any, index: int) -> np.ndarray:
-    """Variable ``index`` of a checkpoint read back (``storage.Stored``), as an array of its dtype."""
+def saved_value(stored: storage.Stored, index: int) -> np.ndarray:
+    """Variable ``index`` of a checkpoint read back, as an array of its dtype."""
     entry = stored.manifest["variables"][index]
     dtype = _tf.import_tf().as_dtype(entry["dtype"]).as_numpy_dtype
-    return np.frombuffer(stored.members[f"variable/{index}"], dtype=dtype).reshape(entry["shape"])
+    return storage.array_from(stored.members[f"variable/{index}"], dtype, entry["shape"])
 
 
 def values(found: list[Slot]) -> list[np.ndarray]:

@@ -73,21 +73,21 @@ class _Variables:
         self.variables = list(variables)
         self.metrics = list(metrics)
         keras_names: dict[int, str] = {}
-        for listed in [model.variables, *(m.variables for m in metrics), *(o.variables for o in optimizers)]:
-            for variable in restoring._listed(listed):
+        for group in [model.variables, *(m.variables for m in metrics), *(o.variables for o in optimizers)]:
+            for variable in restoring.listed(group):
                 inner = restoring.plain(tf, variable)
                 if inner is not None:
                     keras_names.setdefault(id(inner), _name(variable))
         metric_of: dict[int, int] = {}
-        for number, metric in sorted(enumerate(metrics), key=lambda m: -len(restoring._listed(m[1].variables))):
-            for variable in restoring._listed(metric.variables):  # the innermost (fewest variables) wins
+        for number, metric in sorted(enumerate(metrics), key=lambda m: -len(restoring.listed(m[1].variables))):
+            for variable in restoring.listed(metric.variables):  # the innermost (fewest variables) wins
                 metric_of[id(restoring.plain(tf, variable))] = number
-        optimized = {id(restoring.plain(tf, v)) for o in optimizers for v in restoring._listed(o.variables)}
+        optimized = {id(restoring.plain(tf, v)) for o in optimizers for v in restoring.listed(o.variables)}
         layer_of: dict[int, Layer] = {}
-        for layer in spy.layers:
-            for variable in restoring._listed(getattr(layer.obj, "variables", None) or layer.obj.weights):
-                key, current = id(restoring.plain(tf, variable)), layer_of.get(id(restoring.plain(tf, variable)))
-                if current is None or _depth(layer, spy.layers) > _depth(current, spy.layers):
+        for layer in spy.layers:  # the innermost layer holding it (the model, last, holds every weight)
+            for variable in restoring.listed(getattr(layer.obj, "variables", None) or layer.obj.weights):
+                key = id(restoring.plain(tf, variable))
+                if key not in layer_of or _depth(layer, spy.layers) > _depth(layer_of[key], spy.layers):
                     layer_of[key] = layer
         by_object = {id(layer.obj): layer for layer in spy.layers}
         walked = {id(t.variable): t for t in restoring.object_graph([model])}
@@ -140,6 +140,7 @@ class _Step:
         self.items: list[Item] = []
         self.calls: list[LayerCall] = []
         self.unexamined: set[int] = set()  # calls whose tensors live in a loop or function of their own
+        self.applied_as_computed: set[int] = set()  # variables whose tape gradient went to the optimizer as it was
 
     def __call__(self, data: Any) -> tuple[Any, list[Any]]:
         tf = _tf.import_tf()
@@ -172,10 +173,15 @@ class _Step:
         for tensor in record.targets:
             if here(tensor):
                 add(Item("loss"), tensor)
-        for kind, pairs in (("gradient", record.gradients), ("applied gradient", record.applied)):
-            for key, gradient in pairs:
-                if here(gradient):
-                    add(Item(kind, key=key), gradient)
+        for key, gradient in record.gradients:
+            if here(gradient):
+                add(Item("gradient", key=key), gradient)
+        from_tape = {(key, id(gradient)) for key, gradient in record.gradients}
+        for key, gradient in record.applied:
+            if (key, id(gradient)) in from_tape:  # the same tensor: compared once, as the tape's
+                self.applied_as_computed.add(key)
+            elif here(gradient):
+                add(Item("applied gradient", key=key), gradient)
         for number, tensor in record.metric_inputs:
             if here(tensor):
                 add(Item("metric input", key=number), tensor)
@@ -356,7 +362,7 @@ def _attribute(model: Any, step: _Step, variation: dict[int, _Variation], spy: L
             key = item.key if item.key is not None else item.name
             group[key] = _worst([group.get(key, entry), entry])
     tape_gradients = by_kind.get("gradient", {})
-    applied = {item.key for item in step.items if item.kind == "applied gradient"}
+    applied = {item.key for item in step.items if item.kind == "applied gradient"} | step.applied_as_computed
     metrics_called = {item.key for item in step.items if item.kind == "metric input"}
 
     def layer_calls(layer: Layer, what: set[str]) -> list[LayerCall]:
@@ -375,7 +381,9 @@ def _attribute(model: Any, step: _Step, variation: dict[int, _Variation], spy: L
     step_entries: list[_Variation] = []
     optimizer_changes: list[int] = []
     metric_changes: dict[int, list[int]] = {}
-    applied_varied = by_kind.get("applied gradient", {})
+    changed_by_step = sorted(by_kind.get("applied gradient", {}).keys() - tape_gradients.keys())
+    applied_varied = {**{k: tape_gradients[k] for k in step.applied_as_computed if k in tape_gradients},
+                      **by_kind.get("applied gradient", {})}
     for key, entry in by_kind.get("state", {}).items():
         owner = state.owner[key]
         if key in applied_varied or (owner.kind == "optimizer" and applied_varied):
@@ -425,7 +433,6 @@ def _attribute(model: Any, step: _Step, variation: dict[int, _Variation], spy: L
         severity = "downstream" if forward_varied else "nondeterministic"
         events.append(((1, 0), Finding(severity, "loss", f"the loss varied ({_amount(_worst(losses), later)})", "",
                                        "dynamic", {"max_abs_diff": _worst(losses).max_abs_diff})))
-    changed_by_step = sorted(k for k in applied_varied if k not in tape_gradients)
     if changed_by_step:
         worst = _worst([applied_varied[k] for k in changed_by_step])
         events.append(((3, 0), Finding(

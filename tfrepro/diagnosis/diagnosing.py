@@ -72,7 +72,8 @@ def diagnose(model: Any, x: Any, y: Any = None, repeats: int = 3, *, sample_weig
     snapshot.add(restoring.model_variables(model))
     try:
         found, variables = scanning.scan(model, batch, spy, tf_version)
-        snapshot.add(variables)  # those the trace created (optimizer slots, metrics) and those no object holds
+        snapshot.add(restoring.model_variables(model))  # what the trace created (optimizer slots, metrics), in order
+        snapshot.add(variables)  # and what no object holds
         found += batch.findings
         seconds["scan"] = time.perf_counter() - start
         if repeats:

@@ -17,22 +17,12 @@ from typing import Any
 import numpy as np
 
 from tfrepro import _tf
+from tfrepro._object_graph import Tracked, plain, walk as object_graph
 from tfrepro.determinism.seeding import rng_state, set_rng_state
 
 
-def plain(tf: Any, variable: Any) -> Any:
-    """The ``tf.Variable`` behind a variable (a Keras 3 variable holds one, as does Keras 2's
-    ``AutoCastVariable`` under mixed precision), or None for anything else."""
-    for name in ("_value", "value", "_variable"):
-        if isinstance(variable, tf.Variable) and name != "_variable":
-            continue
-        inner = getattr(variable, name, None)
-        if isinstance(inner, tf.Variable) and inner is not variable:
-            return plain(tf, inner)
-    return variable if isinstance(variable, tf.Variable) else None
-
-
-def _listed(value: Any) -> list[Any]:
+def listed(value: Any) -> list[Any]:
+    """A Keras ``variables``/``metrics`` attribute as a list (Keras 2 has some as methods)."""
     return list(value() if callable(value) else value or [])
 
 
@@ -56,48 +46,7 @@ def metrics(model: Any) -> list[Any]:
             for item in value.values():
                 visit(item)
 
-    visit(_listed(getattr(model, "metrics", [])))
-    return list(found.values())
-
-
-def _children(tf: Any, obj: Any) -> dict[str, Any]:
-    view = getattr(tf.train, "TrackableView", None)
-    try:
-        if view is not None:
-            return dict(view(obj).children(obj))
-        return dict(obj._trackable_children())  # TF < 2.11: what TrackableView reads
-    except (AttributeError, TypeError, ValueError):
-        return {}
-
-
-@dataclass(frozen=True)
-class Tracked:
-    """A variable found on the object graph: its ``tf.Variable``, the objects on the way to it from a
-    root (outermost first) and the attribute names of that way."""
-
-    variable: Any
-    ancestors: tuple[Any, ...]
-    names: tuple[str, ...]
-
-
-def object_graph(roots: Iterable[Any]) -> list[Tracked]:
-    """The variables ``tf.train.Checkpoint`` would reach from ``roots``, breadth first (so each by its
-    shortest way), each once."""
-    tf = _tf.import_tf()
-    found: dict[int, Tracked] = {}
-    seen: set[int] = set()
-    queue: list[tuple[Any, tuple[Any, ...], tuple[str, ...]]] = [(root, (), ()) for root in roots]
-    while queue:
-        obj, ancestors, names = queue.pop(0)
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        variable = plain(tf, obj)
-        if variable is not None:
-            found.setdefault(id(variable), Tracked(variable, ancestors, names))
-            continue
-        for name, child in _children(tf, obj).items():
-            queue.append((child, (*ancestors, obj), (*names, name)))
+    visit(listed(getattr(model, "metrics", [])))
     return list(found.values())
 
 
@@ -165,9 +114,9 @@ def model_variables(model: Any) -> list[Any]:
     tf = _tf.import_tf()
     tracked = object_graph([model])
     extra_roots = [*optimizers(model, tracked), *metrics(model)]
-    candidates = [*_listed(model.variables), *(t.variable for t in tracked)]
+    candidates = [*listed(model.variables), *(t.variable for t in tracked)]
     for obj in extra_roots:
-        candidates += _listed(getattr(obj, "variables", []))
+        candidates += listed(getattr(obj, "variables", []))
     candidates += [t.variable for t in object_graph(extra_roots)]
     unique: dict[int, Any] = {}
     for variable in candidates:

@@ -73,14 +73,13 @@ def after(checks: list, tensor):
 
 
 def gated(checks: list, value: tf.Tensor) -> tf.Tensor:
-    """``value``, computed from the checks' results: for small tensors that must not be used before
-    the checks pass. A control dependency (``after``) is lost where grappler folds ``value`` into a
-    constant (a table of num_segments rows would be allocated while the graph is optimised) or
-    inlines a traced kernel that takes it (whose body does not wait for its inputs: a later
-    check would run, and fail, first)."""
-    if not checks:
-        return value
-    return tf.where(tf.reduce_all(tf.stack(checks)), value, tf.zeros_like(value))
+    """``value``, computed from the checks' results: for small tensors that later checks take. A
+    control dependency (``after``) is lost where grappler inlines a traced kernel that takes
+    ``value`` (its body does not wait for its inputs): a later check would run, and fail, first.
+    (A gated value is unknown to shape inference: never gate what sizes an output.)"""
+    for passed in checks:  # a check's result is True (or it raised)
+        value = value * tf.cast(passed, value.dtype)
+    return value
 
 
 def first_position(bad: tf.Tensor) -> tf.Tensor:

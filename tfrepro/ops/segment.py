@@ -19,13 +19,26 @@ def _flat(data: tf.Tensor, segment_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor
     return tf.reshape(data, tf.stack([n, tf.reduce_prod(inner)])), tf.reshape(segment_ids, [-1]), inner
 
 
-def _gather_kept(grad: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
+@traced
+def _gather_kept_kernel(grad: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
     """The gradient of a segment sum: each element gets its segment's gradient; dropped ids get 0."""
     kept = (segment_ids >= 0) & (segment_ids < tf.cast(num_segments, segment_ids.dtype))
     gathered = _stock.gather(grad, tf.where(kept, segment_ids, tf.zeros_like(segment_ids)))
     trailing = tf.ones([tf.rank(gathered) - tf.rank(segment_ids)], tf.int32)
     keep = tf.reshape(kept, tf.concat([tf.shape(segment_ids), trailing], 0))
     return tf.where(keep, gathered, tf.zeros_like(gathered))
+
+
+def _gather_kept(dy: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
+    """``_gather_kept_kernel``, whose gradient (a segment sum, its adjoint) is defined outside it."""
+    @tf.custom_gradient
+    def backward(d):
+        def grad(d_d):
+            return _exact_segment_sum(d_d, segment_ids, num_segments)
+
+        return _gather_kept_kernel(tf.stop_gradient(d), segment_ids, num_segments), grad
+
+    return backward(dy)
 
 
 @traced
@@ -95,7 +108,11 @@ def _segment_sum(data, segment_ids, num_segments) -> tuple[tf.Tensor, tf.Tensor,
     if not tf.executing_eagerly() and rank is not None and not data.shape[:rank].is_compatible_with(segment_ids.shape):
         raise ValueError(f"data.shape = {data.shape} does not start with segment_ids.shape = {segment_ids.shape}")
     checks = _unsorted_ids(tf.shape(data, out_type=tf.int64), segment_ids, requested)
-    segment_ids, num_segments = after(checks, segment_ids), gated(checks, num_segments)  # nothing sized before
+    segment_ids = after(checks, segment_ids)
+    if static_segments is not None and np.max(static_segments) > _MAX_SEGMENTS:
+        # The check raises when the op runs. Gated, the number is no constant that grappler would
+        # fold into tables of 2**31 rows, allocated while it optimises the graph.
+        num_segments = gated(checks, num_segments)
     if data.dtype.is_complex:
         real = _exact_segment_sum(tf.math.real(data), segment_ids, num_segments)
         imag = _exact_segment_sum(tf.math.imag(data), segment_ids, num_segments)
@@ -316,15 +333,31 @@ def _reduce_sum(x: tf.Tensor, axes: tf.Tensor | tuple[int, ...], keepdims: bool)
 
     @tf.custom_gradient
     def forward(values):
-        total = _reduce_sum_kernel(tf.stop_gradient(values), axes, keepdims, plan)
-
         def grad(dy):
-            if not keepdims:  # back to the kept dimensions' places
-                reduced = tf.constant(axes, tf.int32, shape=[len(axes)]) if isinstance(axes, tuple) else axes
-                reduced = tf.reduce_any(tf.equal(tf.range(tf.rank(values))[:, None], reduced[None, :]), axis=1)
-                dy = tf.reshape(dy, tf.where(reduced, 1, tf.shape(values)))
-            return tf.broadcast_to(dy, tf.shape(values))
+            return _sum_gradient(dy, tf.shape(values), axes, keepdims)
 
-        return total, grad
+        return _reduce_sum_kernel(tf.stop_gradient(values), axes, keepdims, plan), grad
 
     return forward(x)
+
+
+@traced
+def _sum_gradient_kernel(dy: tf.Tensor, shape: tf.Tensor, axes: tf.Tensor | tuple[int, ...], keepdims: bool) -> tf.Tensor:
+    """The gradient of a sum: ``dy`` broadcast back over the summed axes of ``shape``."""
+    if not keepdims:  # back to the kept dimensions' places
+        summed = tf.constant(axes, tf.int32, shape=[len(axes)]) if isinstance(axes, tuple) else axes
+        summed = tf.reduce_any(tf.equal(tf.range(tf.size(shape))[:, None], summed[None, :]), axis=1)
+        dy = tf.reshape(dy, tf.where(summed, 1, shape))
+    return tf.broadcast_to(dy, shape)
+
+
+def _sum_gradient(dy: tf.Tensor, shape: tf.Tensor, axes: tf.Tensor | tuple[int, ...], keepdims: bool) -> tf.Tensor:
+    """``_sum_gradient_kernel``, whose gradient (the sum, its adjoint) is defined outside it."""
+    @tf.custom_gradient
+    def backward(d):
+        def grad(d_d):
+            return _reduce_sum(d_d, axes, keepdims)
+
+        return _sum_gradient_kernel(tf.stop_gradient(d), shape, axes, keepdims), grad
+
+    return backward(dy)
