@@ -93,6 +93,9 @@ def call_after_import(hooks: Mapping[str, Hook],
             hook(module)
         elif module is None:
             pending[name] = hook
+        else:
+            warn(f"{name} is still being imported, so tfrepro cannot run its hook after it; call "
+                 f"tfrepro.patch() yourself once {name} is imported")
     if pending:
         contexts = {name: context for name, context in (around or {}).items() if name in pending}
         sys.meta_path.insert(0, _PostImportFinder(pending, contexts))

@@ -59,7 +59,9 @@ class LoopCheckpoint:
     TF's kernels, raise ``CheckpointError`` naming the layer before anything is saved.
 
     For a loop of your own, ``restore()`` restores everything at once and returns the position, and
-    ``save(epoch=, batch=)`` saves; the input's position is then yours to restore.
+    ``save(epoch=, batch=)`` saves; the input's position is then yours to restore, and so is the
+    check for TF's stateful random ops: only ``loop`` watches a step, so a hand-written loop gets no
+    refusal (draw from stateless ops, a ``tf.random.Generator`` or a ``SeedGenerator`` there).
 
     Args:
         directory: where the checkpoints live. None: under ``tfrepro run --checkpoint DIR``,

@@ -87,13 +87,13 @@ def main(argv: list[str]) -> None:
     finally:
         loops = sys.modules.get("tfrepro.checkpointing.loop")
         if not fits and not (loops is not None and loops.made()):
-            print(NOTHING_CHECKPOINTED, file=sys.stderr)
+            logger.warning(NOTHING_CHECKPOINTED)
 
 
 def _one_line_for_checkpoint_errors(default: Any, kind: type[BaseException], error: BaseException,
                                     traceback: Any) -> None:
     if isinstance(error, CheckpointError):
-        print(f"tfrepro run --checkpoint: {error}", file=sys.stderr)
+        logging.getLogger("tfrepro.checkpointing").error("tfrepro run --checkpoint: %s", error)
     else:
         default(kind, error, traceback)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import importlib.util
 import json
 import numbers
 import random
@@ -109,14 +110,28 @@ def seed_frameworks(seed: int) -> None:
             tf = _tf.import_tf()
         tf.random.set_seed(seed)
         tf.random.set_global_generator(tf.random.Generator.from_seed(seed))
-    # Keras 3 imports TensorFlow halfway through its own import, and Keras 2 keeps its RNG switch in
-    # its backend module: hooking the backend modules reaches every Keras, whenever it loads.
-    call_after_import({name: _seed_keras_backend for name in _KERAS_BACKENDS})
+    _seed_keras_whenever_it_loads()
+
+
+def _seed_keras_whenever_it_loads() -> None:
+    """Keras's part of seed S (it does not depend on S) on every Keras loaded now, and on one loaded
+    later. Keras 3 imports TensorFlow halfway through its own import, and Keras 2 keeps its RNG
+    switch in its backend module: hooking the backend modules reaches every Keras, whenever it
+    loads. The hooks for what is not loaded yet are put in place once per process."""
+    global _keras_hooked
+    loaded = {name: _seed_keras_backend for name in _KERAS_BACKENDS if name in sys.modules}
+    call_after_import(loaded)
+    if not _keras_hooked:
+        _keras_hooked = True
+        installed = [name for name in _KERAS_BACKENDS if name not in sys.modules
+                     and importlib.util.find_spec(name.split(".")[0]) is not None]
+        call_after_import({name: _seed_keras_backend for name in installed})
 
 
 # Where Keras keeps its own seed state: Keras 3 and tf_keras in `src.backend` (Keras 3's global
 # SeedGenerator in `src.backend.common.global_state`), the Keras 2 of TF 2.12 in `backend`.
 _KERAS_BACKENDS = ("keras.src.backend", "keras.backend", "tf_keras.src.backend")
+_keras_hooked = False
 
 
 def _seed_keras_backend(backend: ModuleType) -> None:
