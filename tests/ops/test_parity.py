@@ -290,7 +290,10 @@ def test_tfrepro_op_matches_tensorflow(case: Case, mode: str):
     expected, got = _run(reference, case, mode), _run(ours, case, mode)
     if isinstance(expected, Exception):
         assert type(got) is type(expected), f"TF raised {type(expected).__name__}: {expected}; tfrepro gave {got!r}"
-        if isinstance(expected, tf.errors.OpError) and not _NAMES_GRAPH_TENSORS.search(str(expected)):
+        # TF 2.12's sparse xent of scalar logits, shapes unknown, fails in a StridedSlice of its own
+        # (TF >= 2.13 checks the rank first, as tfrepro does): the same error class, another message.
+        stale = str(case) == "sparse_softmax_cross_entropy_with_logits: scalar logits" and tf.__version__ < "2.13"
+        if isinstance(expected, tf.errors.OpError) and not _NAMES_GRAPH_TENSORS.search(str(expected)) and not stale:
             assert _core(str(got)) == _core(str(expected))
         return
     assert not isinstance(got, Exception), f"TF gave a result; tfrepro raised {got!r}"

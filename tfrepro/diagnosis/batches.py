@@ -34,7 +34,9 @@ class Batch:
         ``(x, y)`` or ``(x, y, sample_weight)``."""
         if self.element is not None:
             return self.element
-        return _tf.keras_module().utils.pack_x_y_sample_weight(self.x, self.y, self.sample_weight)
+        if self.y is None:  # what keras.utils.pack_x_y_sample_weight does (not in Keras 2.12's keras.utils)
+            return (self.x,) if isinstance(self.x, (list, tuple)) else self.x
+        return (self.x, self.y) if self.sample_weight is None else (self.x, self.y, self.sample_weight)
 
 
 def _unpack(element: Any) -> tuple[Any, Any, Any]:
