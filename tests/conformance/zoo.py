@@ -6,8 +6,8 @@ It never calls ``tfrepro.patch`` unless ``ZOO_INSCRIPT_SEED`` is set (then ``tfr
 its first line). After training it appends one JSON line to the file ``ZOO_RESULTS`` names: the
 pattern, a SHA-256 of every variable the run trained (model and optimizer), and one draw each from
 Python's, NumPy's and TensorFlow's global RNGs, so two runs agree only if they computed the same.
-``ZOO_PLANT=1`` inserts a layer named ``culprit`` whose kernel gradient is summed in an order from
-OS entropy (a CPU stand-in for GPU atomics). ``ZOO_KILL_AT=N`` kills the process with SIGKILL
+``ZOO_PLANT=1`` inserts a layer named ``culprit`` whose kernel gradient gets noise from OS entropy
+(a CPU stand-in for GPU atomics). ``ZOO_KILL_AT=N`` kills the process with SIGKILL
 after the N-th optimizer step; ``ZOO_SKIP=a,b`` leaves patterns out of ``all``. Each pattern builds its model the way the keras-io examples do.
 """
 
@@ -35,7 +35,7 @@ else:
     import keras
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for nondeterminism.py
-from nondeterminism import make_layers  # noqa: E402
+from nondeterminism import _random_noise  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import zoo_patterns  # noqa: E402
@@ -43,7 +43,6 @@ import zoo_patterns  # noqa: E402
 KERAS3 = int(keras.__version__.split(".")[0]) >= 3
 PLANT = os.environ.get("ZOO_PLANT") == "1"
 KILL_AT = int(os.environ.get("ZOO_KILL_AT", "0"))
-NondeterministicGradientDense, _ = make_layers(keras, tf)
 BATCH, SAMPLES, CLASSES = 16, 64, 4
 
 images = (np.arange(SAMPLES * 64, dtype="float32").reshape(SAMPLES, 8, 8, 1) % 17) / 17.0
@@ -52,10 +51,37 @@ vectors = images.reshape(SAMPLES, 64)[:, ::4].copy()  # (64, 16)
 tokens = ((np.arange(SAMPLES * 12).reshape(SAMPLES, 12) * 7) % 29 + 1).astype("int32")  # ids 1..29, 0 = [MASK]
 
 
+class NoisyGradientDense(keras.layers.Layer):
+    """A bias-free Dense whose kernel gradient gets noise from OS entropy (normal, 1e-3) on every
+    step: a stand-in for GPU atomics whose difference always reaches the weights (an order-only
+    difference, ``NondeterministicGradientDense``, can round away for a while on some patterns)."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(name="kernel", shape=(int(input_shape[-1]), self.units),
+                                      initializer="glorot_uniform")
+
+    def call(self, inputs):
+        @tf.custom_gradient
+        def matmul(x, kernel):
+            def grad(dy):
+                summed = tf.matmul(x, dy, transpose_a=True)
+                noise = tf.numpy_function(_random_noise, [tf.shape(summed)], tf.float32)
+                return tf.matmul(dy, kernel, transpose_b=True), summed + tf.cast(tf.reshape(noise, tf.shape(summed)),
+                                                                                 summed.dtype)
+
+            return tf.matmul(x, kernel), grad
+
+        return matmul(inputs, tf.cast(self.kernel, inputs.dtype))
+
+
 def culprit(units=8):
     """The planted nondeterministic layer, or a plain layer of the same shape when nothing is planted."""
     if PLANT:
-        return NondeterministicGradientDense(units, name="culprit")
+        return NoisyGradientDense(units, name="culprit")
     return keras.layers.Dense(units, use_bias=False, name="culprit")
 
 
