@@ -54,3 +54,25 @@ def make_layers(keras, tf):
             return inputs + tf.reshape(noise, tf.shape(inputs))
 
     return NondeterministicGradientDense, UnseededNoise
+
+
+def make_noisy_gradient_dense(keras, tf):
+    """A bias-free Dense whose kernel gradient gets noise from OS entropy (normal, 1e-3) on every
+    step: a stand-in for GPU atomics whose difference always reaches the weights (an order-only
+    difference can round to the same bits for many steps on some models)."""
+    base, _ = make_layers(keras, tf)
+
+    class NoisyGradientDense(base):
+        def call(self, inputs):
+            @tf.custom_gradient
+            def matmul(x, kernel):
+                def grad(dy):
+                    summed = tf.matmul(x, dy, transpose_a=True)
+                    noise = tf.reshape(tf.numpy_function(_random_noise, [tf.shape(summed)], tf.float32), tf.shape(summed))
+                    return tf.matmul(dy, kernel, transpose_b=True), summed + tf.cast(noise, summed.dtype)
+
+                return tf.matmul(x, kernel), grad
+
+            return matmul(inputs, tf.cast(self.kernel, inputs.dtype))
+
+    return NoisyGradientDense

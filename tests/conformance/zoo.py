@@ -35,7 +35,7 @@ else:
     import keras
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for nondeterminism.py
-from nondeterminism import _random_noise  # noqa: E402
+from nondeterminism import make_noisy_gradient_dense  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import zoo_patterns  # noqa: E402
@@ -51,31 +51,7 @@ vectors = images.reshape(SAMPLES, 64)[:, ::4].copy()  # (64, 16)
 tokens = ((np.arange(SAMPLES * 12).reshape(SAMPLES, 12) * 7) % 29 + 1).astype("int32")  # ids 1..29, 0 = [MASK]
 
 
-class NoisyGradientDense(keras.layers.Layer):
-    """A bias-free Dense whose kernel gradient gets noise from OS entropy (normal, 1e-3) on every
-    step: a stand-in for GPU atomics whose difference always reaches the weights (an order-only
-    difference, ``NondeterministicGradientDense``, can round away for a while on some patterns)."""
-
-    def __init__(self, units, **kwargs):
-        super().__init__(**kwargs)
-        self.units = units
-
-    def build(self, input_shape):
-        self.kernel = self.add_weight(name="kernel", shape=(int(input_shape[-1]), self.units),
-                                      initializer="glorot_uniform")
-
-    def call(self, inputs):
-        @tf.custom_gradient
-        def matmul(x, kernel):
-            def grad(dy):
-                summed = tf.matmul(x, dy, transpose_a=True)
-                noise = tf.numpy_function(_random_noise, [tf.shape(summed)], tf.float32)
-                return tf.matmul(dy, kernel, transpose_b=True), summed + tf.cast(tf.reshape(noise, tf.shape(summed)),
-                                                                                 summed.dtype)
-
-            return tf.matmul(x, kernel), grad
-
-        return matmul(inputs, tf.cast(self.kernel, inputs.dtype))
+NoisyGradientDense = make_noisy_gradient_dense(keras, tf)
 
 
 def culprit(units=8):
