@@ -157,7 +157,8 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
 
         @tf.custom_gradient
         def forward(logits_in):
-            log_probs = _log_softmax(tf.cast(logits_in, dtype), -1)
+            # After the class count: for scalar logits, TF's own error (its slice), never the reduction's.
+            log_probs = _log_softmax(tf.cast(after([classes], logits_in), dtype), -1)
             rows = tf.reshape(log_probs, tf.stack([-1, tf.cast(classes, tf.int32)]))  # any rank, known or not
             picked = _stock.gather(rows, tf.reshape(labels, [-1, 1]), axis=1, batch_dims=1)
             picked = tf.reshape(picked, tf.shape(labels))
