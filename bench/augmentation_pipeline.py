@@ -6,6 +6,8 @@ processes (op determinism cannot be turned off for tf.data once on), median of -
   stateful parallel    tf.image.random_* in map(num_parallel_calls=AUTOTUNE), no determinism (the
                        fast baseline; each run augments differently)
   stateful, patched    the same map under tfrepro.patch(): TensorFlow runs it serially
+  stateless, one seed  the same stateless function in a plain parallel map, every image given one
+                       fixed seed: what TF's stateless image ops cost, without map_with_seed
   map_with_seed        tfrepro.data.map_with_seed per image with tf.image.stateless_random_*
   map_with_seed batch  map_with_seed on batches with tfrepro.data's per-image batch augmentations
 Goal: map_with_seed within 10% of the stateful parallel map. Run per core count with --cores
@@ -59,6 +61,9 @@ def batch_level(images, labels, seed):
 
 if arm in ("stateful parallel", "stateful, patched"):
     pipeline = data.map(stateful, num_parallel_calls=AUTOTUNE).batch(128)
+elif arm == "stateless, one seed":
+    one = tf.constant([1, 2], tf.int64)
+    pipeline = data.map(lambda image, label: stateless(image, label, one), num_parallel_calls=AUTOTUNE).batch(128)
 elif arm == "map_with_seed":
     pipeline = map_with_seed(data, stateless).batch(128)
 else:
@@ -71,7 +76,7 @@ for _ in pipeline:
     pass
 print(time.perf_counter() - start)
 '''
-ARMS = ("stateful parallel", "stateful, patched", "map_with_seed", "map_with_seed batch")
+ARMS = ("stateful parallel", "stateful, patched", "stateless, one seed", "map_with_seed", "map_with_seed batch")
 
 
 def main() -> None:

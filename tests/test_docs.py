@@ -48,3 +48,12 @@ def test_readme_callback_snippet_runs_as_written(keras, tmp_path, monkeypatch, c
     printed = capsys.readouterr().out.strip().splitlines()[-1]
     expected = re.search(r"^# (.*)$", snippet.split("print(", 1)[1], flags=re.M).group(1)
     assert re.fullmatch(re.escape(expected).replace("N", r"\d+"), printed), (printed, expected)
+
+
+def test_readme_keyed_init_snippet_runs_as_written(keras):
+    snippet = readme_snippet("Keyed randomness: every draw is keyed by what it is for", "init=")
+    try:
+        exec(compile(snippet, "README.md", "exec"), {})
+        assert tfrepro.status()["randomness"].value.endswith("(init='keyed')")
+    finally:
+        tfrepro.unpatch()

@@ -14,7 +14,9 @@ Columns (capabilities) and what a supported cell demands:
   ``tfrepro check --seed S``, seed S of ``tfrepro sweep``, ``tfrepro doctor --continue --seed S``,
   ``tfrepro run --checkpoint`` and ``tfrepro.patch(S)`` as the first line give the same weights
   and leave Python's, NumPy's and TensorFlow's RNGs in the same state (``run --checkpoint`` is
-  compared with ``run`` on the patterns it does not refuse, since a refusal stops the script).
+  compared with ``run`` on the patterns it does not refuse, since a refusal stops the script);
+- ``keyed``: under ``tfrepro.patch(S, init="keyed")`` (keyed initial weights, and ``fit``'s keyed
+  shuffles), two fresh processes give the same bits.
 
 A cell that a capability does not support is in ``REFUSED``: the test demands that the capability
 refuses it by name (the message it must print), and the README lists it (``test_docs``-style check
@@ -50,7 +52,7 @@ KERAS2 = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
 sys.path.insert(0, str(ZOO.parent))
 from zoo_patterns import PATTERNS  # noqa: E402  (the names only: importing zoo.py would load TensorFlow)
 
-CAPABILITIES = ("patch", "check", "doctor", "resume", "seed")
+CAPABILITIES = ("patch", "check", "doctor", "resume", "seed", "keyed")
 
 
 def _refused() -> dict[tuple[str, str], str]:
@@ -146,10 +148,11 @@ def _entry_point(folder: Path, entry: str, planted: str = "0", skip: str = "") -
         proc = _tfrepro(folder, "doctor", "--continue", *seed, "--out", str(folder / "out"), *_python("all"), env=env)
     elif entry == "checkpoint":
         proc = _tfrepro(folder, "run", *seed, "--checkpoint", str(folder / "ckpt"), *_python("all"), env=env)
-    elif entry == "inscript":
+    elif entry in ("inscript", "keyed", "keyed2"):
         folder.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([sys.executable, str(ZOO), "all"], cwd=folder, capture_output=True, text=True,
-                              env=dict(env, ZOO_INSCRIPT_SEED=str(SEED), PYTHONHASHSEED=str(SEED)), check=False)
+        init = "order" if entry == "inscript" else "keyed"
+        proc = subprocess.run([sys.executable, str(ZOO), "all"], cwd=folder, capture_output=True, text=True, check=False,
+                              env=dict(env, ZOO_INSCRIPT_SEED=str(SEED), ZOO_INSCRIPT_INIT=init, PYTHONHASHSEED=str(SEED)))
     else:
         raise ValueError(entry)
     return _job(folder, proc, results)
@@ -199,6 +202,7 @@ def _jobs_for(capability: str, pattern: str) -> list[tuple[str, ...]]:
             "check": [("entry", "check"), ("entry", "check", "1")],
             "doctor": [("doctor", pattern)],
             "resume": [("resume", pattern)],
+            "keyed": [("entry", "keyed"), ("entry", "keyed2")],
             "seed": [*(("entry", e) for e in _ENTRIES if e != "checkpoint"),
                      ("entry", "run", "0", "resume"), ("entry", "checkpoint", "0", "resume")]}[capability]
 
@@ -252,6 +256,13 @@ def test_patch(runs, pattern):
     results = [_result(check, pattern, 0), _result(check, pattern, 1), _result(runs.get("entry", "run"), pattern),
                _result(runs.get("entry", "inscript"), pattern)]
     assert all(r == results[0] for r in results), results
+
+
+@patterns
+def test_keyed(runs, pattern):
+    """Keyed initial weights and keyed shuffles: fresh processes, one seed, the same bits."""
+    first, second = (_result(runs.get("entry", entry), pattern) for entry in ("keyed", "keyed2"))
+    assert first == second
 
 
 @patterns

@@ -3,7 +3,7 @@
     python zoo.py PATTERN|all [--epochs E]
 
 It never calls ``tfrepro.patch`` unless ``ZOO_INSCRIPT_SEED`` is set (then ``tfrepro.patch(S)`` is
-its first line). After training it appends one JSON line to the file ``ZOO_RESULTS`` names: the
+its first line; ``ZOO_INSCRIPT_INIT`` its ``init=``). After training it appends one JSON line to the file ``ZOO_RESULTS`` names: the
 pattern, a SHA-256 of every variable the run trained (model and optimizer), and one draw each from
 Python's, NumPy's and TensorFlow's global RNGs, so two runs agree only if they computed the same.
 ``ZOO_PLANT=1`` inserts a layer named ``culprit`` whose kernel gradient gets noise from OS entropy
@@ -16,7 +16,7 @@ import os
 if os.environ.get("ZOO_INSCRIPT_SEED"):
     import tfrepro
 
-    tfrepro.patch(int(os.environ["ZOO_INSCRIPT_SEED"]))
+    tfrepro.patch(int(os.environ["ZOO_INSCRIPT_SEED"]), init=os.environ.get("ZOO_INSCRIPT_INIT", "order"))
 
 import argparse  # noqa: E402
 import hashlib  # noqa: E402

@@ -1,7 +1,10 @@
-"""Deterministic, parallel random augmentation for ``tf.data``: ``map_with_seed`` hands each element
-a stateless seed fixed by the seed, the element's position and the epoch (``seeded_maps``), and
-``augmentation`` has batch-level stateless augmentations that draw per image (flip, translate,
-brightness). Importing this package is free; its functions import TensorFlow when called.
+"""Keyed randomness for ``tf.data``: every draw is a stateless function of the seed, what it is for,
+the epoch and the element, never of the order of draws.
+
+``map_with_seed`` hands each element a stateless seed (``seeded_maps``); ``shuffle`` shuffles each
+pass by the epoch (``shuffling``); ``augmentation`` has batch-level stateless augmentations that draw
+per image (flip, translate, brightness). The epoch is ``fit``'s, or ``set_epoch(e)`` in a custom
+loop. Importing this package is free; its functions import TensorFlow when called.
 
     import tfrepro
     from tfrepro.data import map_with_seed, random_flip_left_right
@@ -16,17 +19,20 @@ import importlib
 from typing import Any
 
 _HOMES = {
-    "map_with_seed": "seeded_maps",
-    "random_flip_left_right": "augmentation",
-    "random_translate": "augmentation",
-    "random_brightness": "augmentation",
+    "map_with_seed": "tfrepro.data.seeded_maps",
+    "shuffle": "tfrepro.data.shuffling",
+    "set_epoch": "tfrepro.determinism.epochs",
+    "current_epoch": "tfrepro.determinism.epochs",
+    "random_flip_left_right": "tfrepro.data.augmentation",
+    "random_translate": "tfrepro.data.augmentation",
+    "random_brightness": "tfrepro.data.augmentation",
 }
 __all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
     if name in _HOMES:
-        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -3,9 +3,9 @@
 Stateful random ops (``tf.image.random_*``, Keras 3's random layers) in a parallel ``map`` either
 hand their numbers to elements in thread order (each run augments differently) or, under op
 determinism, run serially (TF #62100, #39992). A stateless op keyed by a seed that travels with the
-element is both: deterministic and parallel. The seeds come from ``tf.data.Dataset.random`` zipped
-in before the map, a serial source, so element ``i`` of epoch ``e`` always gets the same seed, and
-``rerandomize_each_iteration`` gives every epoch (every new iterator) a new stream.
+element is both: deterministic and parallel. Element ``i`` of a pass gets the key of the pass (the
+seed, the map's key, the epoch: see ``passes``) plus ``[0, i]``: one addition per element, and any
+element's seed can be computed alone.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfrepro import _tf
+from tfrepro.data import passes
 from tfrepro.determinism import seeding, state
 
 
@@ -26,7 +27,8 @@ def _where_defined(fn: Callable[..., Any]) -> str:
 
 
 def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
-                  num_parallel_calls: int | None = None, *, key: str | None = None) -> Any:
+                  num_parallel_calls: int | None = None, *, key: str | None = None,
+                  epoch: int | None = None) -> Any:
     """``dataset.map`` calling ``fn(*element, seed)`` (``fn(element, seed)`` for an element that is
     not a tuple), ``seed`` a ``[2]`` int64 tensor for ``tf.random.stateless_*`` and
     ``tf.image.stateless_random_*``.
@@ -34,14 +36,16 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     The seed is fixed by ``seed`` (default: the active ``tfrepro.patch`` seed), ``key`` (default:
     where ``fn`` is defined: its module, name and first line, so moving or renaming it changes the
     draws; give distinct keys to two maps of one function, or of two lambdas on one line), the
-    element's position and the epoch (the n-th iterator made over the dataset: peeking with
-    ``take(1)`` before training shifts every later epoch), and, as for every tf.data random op, TF's
-    global seed (``tfrepro.patch(S)`` sets it to ``S``): the same in every run, different in every
-    epoch. The map runs in parallel
+    epoch, the element's index in the pass and, inside an ``interleave`` or ``flat_map`` function,
+    that function's arguments (each file's sub-dataset draws its own). The epoch is the training
+    epoch (``fit``'s; ``tfrepro.data.set_epoch`` in a custom loop) when the pass's first element is
+    pulled, or a fixed ``epoch``: never a count of iterators, so peeking with ``take(1)`` changes
+    nothing, and epoch E's draws can be made without the epochs before it. As for every tf.data
+    random op, TF's global seed does not enter (the draws are stateless). The map runs in parallel
     (``num_parallel_calls``, default ``tf.data.AUTOTUNE``) with ``deterministic=True``; its result
     does not depend on how many calls run at once. ``fn`` must draw its randomness from ``seed``
     only (stateful random ops in it would still run in thread order, or serially under op
-    determinism).
+    determinism). ``repeat()`` after the map starts passes ahead of training: put it before.
 
     >>> import tensorflow as tf, tfrepro.data
     >>> flip = lambda image, seed: tf.image.stateless_random_flip_left_right(image, seed)
@@ -62,13 +66,12 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     if num_parallel_calls is not None and num_parallel_calls != tf.data.AUTOTUNE and (
             isinstance(num_parallel_calls, bool) or not isinstance(num_parallel_calls, int) or num_parallel_calls < 1):
         raise ValueError(f"num_parallel_calls must be a positive int or tf.data.AUTOTUNE; got {num_parallel_calls!r}")
+    passes.check_epoch(epoch)
     key = key if key is not None else _where_defined(fn)
-    seeds = tf.data.Dataset.random(seed=seeding.derive_seed(seed, "map_with_seed", key),
-                                   rerandomize_each_iteration=True).batch(2)
+    calls = tf.data.AUTOTUNE if num_parallel_calls is None else num_parallel_calls
 
     def call(element: Any, element_seed: Any) -> Any:
         return fn(*element, element_seed) if type(element) is tuple else fn(element, element_seed)  # as Dataset.map
 
-    return tf.data.Dataset.zip((dataset, seeds)).map(
-        call, num_parallel_calls=tf.data.AUTOTUNE if num_parallel_calls is None else num_parallel_calls,
-        deterministic=True)
+    keyed = tf.data.Dataset.zip((dataset, passes.element_seeds(seed, ("map_with_seed", key), epoch)))
+    return passes.with_cardinality_of(dataset, keyed.map(call, num_parallel_calls=calls, deterministic=True))

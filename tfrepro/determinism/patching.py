@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 
 from tfrepro import _tf
-from tfrepro.determinism import reporting, seeding, state, switches
+from tfrepro.determinism import fit_shuffling, initialisers, reporting, seeding, state, switches
 from tfrepro.errors import warn
 from tfrepro.ops.selection import select_ops, summation_of
 
@@ -21,7 +21,7 @@ log = logging.getLogger("tfrepro")
 
 
 def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-          ops: bool | str | Sequence[str] = "auto") -> reporting.Report:
+          ops: bool | str | Sequence[str] = "auto", init: str = "order") -> reporting.Report:
     """Make TensorFlow and Keras training deterministic and seed every RNG. Call before building the model.
 
     - Turns on op determinism the way the installed TF version reads it: ``TF_DETERMINISTIC_OPS=1``
@@ -42,6 +42,11 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
       ``tfrepro.ops.selection.REPLACEABLE_OPS``) rebinds every op tfrepro has to its bitwise
       order-invariant version (segment sums, bias_add, softmax xent, gather too); ``ops=False`` none.
       Each rebinds TF's names and the internal call sites Keras and TF's gradients use.
+    - ``fit(shuffle=True)`` on arrays shuffles each epoch by the seed and the epoch
+      (``fit_shuffling``): every epoch another order, the same in every run.
+    - ``init="keyed"`` keys each weight's initial value by the seed and the weight's layer name and
+      weight name, so adding or removing other layers leaves it unchanged (``initialisers``);
+      ``init="order"`` (the default) draws in creation order, as earlier releases did.
 
     Warns (``ReproducibilityWarning``) about whatever cannot apply: called after TF's runtime
     started or after Keras layers were built, ``PYTHONHASHSEED`` not equal to the seed at interpreter
@@ -51,11 +56,11 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     Guarantee: same seed, same hardware, same software stack and same thread counts give
     bit-identical training for models whose ops TF can run deterministically (others raise).
     """
-    return apply_patch(seed, threads=threads, onednn=onednn, ops=ops)
+    return apply_patch(seed, threads=threads, onednn=onednn, ops=ops, init=init)
 
 
 def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-                ops: bool | str | Sequence[str] = "auto", warn_late_seeding: bool = True,
+                ops: bool | str | Sequence[str] = "auto", init: str = "order", warn_late_seeding: bool = True,
                 host_rngs: bool = True) -> reporting.Report:
     """``patch``, for tfrepro's own callers. ``warn_late_seeding=False``: the caller clears the Keras
     session and reseeds before building anything (``verify``), so what ran before cannot matter.
@@ -68,6 +73,7 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
         raise ValueError(f"onednn must be True, False or None; got {onednn!r}")
     op_names = select_ops(ops)
     summation = summation_of(ops)
+    initialisers.check_scheme(init)
     if _tf.installed_tf_version() is None:
         _tf.import_tf()  # raises ImportError with the install command
 
@@ -84,7 +90,7 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
     if onednn is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
     try:  # all or nothing: on any error (a warning turned into one too), what this call changed is undone
-        late += _apply(seed, env, (op_names, summation), threads)
+        late += _apply(seed, env, (op_names, summation), threads, init)
         if host_rngs:
             seeding.seed_everything(seed)
         else:
@@ -103,10 +109,11 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
     return reporting.status()
 
 
-def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], threads: int | None = None) -> list[str]:
+def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], threads: int | None = None,
+           init: str = "order") -> list[str]:
     """Apply a patch configuration to the active state (which ``unpatch`` can undo at any point)."""
     applied = state.active()
-    applied.seed = seed
+    applied.seed, applied.init = seed, init
     for name, value in env.items():
         applied.saved_env.setdefault(name, os.environ.get(name))
         os.environ[name] = applied.env[name] = value
@@ -115,17 +122,19 @@ def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], thr
     if switches.plan_for(_tf.installed_tf_version()).call_enable_op_determinism and not _tf.op_determinism_enabled():
         tf.config.experimental.enable_op_determinism()
     _replace_ops(applied, *ops)
+    fit_shuffling.follow_the_seed()
+    initialisers.follow_the_scheme()
     if applied.undo_keras_jit is None:
         applied.undo_keras_jit = _guard_keras_auto_jit()
     return late
 
 
-_Config = tuple[int, dict[str, str], tuple[tuple[str, ...], str]]  # (seed, env, (ops, summation)) of a patch
+_Config = tuple[int, dict[str, str], tuple[tuple[str, ...], str], str]  # (seed, env, (ops, summation), init)
 
 
 def _active_config() -> _Config | None:
     active = state.active()
-    return None if active is None else (active.seed, dict(active.env), (active.ops, active.summation))
+    return None if active is None else (active.seed, dict(active.env), (active.ops, active.summation), active.init)
 
 
 def _restore(config: _Config | None) -> None:
@@ -133,9 +142,9 @@ def _restore(config: _Config | None) -> None:
     unpatched for None, without reseeding anything."""
     unpatch()
     if config is not None:
-        seed, env, ops = config
+        seed, env, ops, init = config
         state.set_active(state.PatchState(seed, enabled_op_determinism=not _op_determinism_was_on()))
-        _apply(seed, env, ops)
+        _apply(seed, env, ops, init=init)
 
 
 def enable_determinism(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
@@ -175,7 +184,7 @@ def unpatch() -> reporting.Report:
 
 @contextlib.contextmanager
 def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-            ops: bool | str | Sequence[str] = "auto") -> Iterator[reporting.Report]:
+            ops: bool | str | Sequence[str] = "auto", init: str = "order") -> Iterator[reporting.Report]:
     """``patch`` for the duration of a ``with`` block (for tests), then back to what was there before:
     unpatched, or the earlier patch with its seed, environment and replaced ops; and every generator
     that ``rng_state()`` captures where it was on entry. TensorFlow's global op seed
@@ -183,7 +192,7 @@ def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = 
     outer_config = _active_config()
     rngs = seeding.rng_state()
     try:
-        yield patch(seed, threads=threads, onednn=onednn, ops=ops)
+        yield patch(seed, threads=threads, onednn=onednn, ops=ops, init=init)
     finally:
         _restore(outer_config)
         seeding.set_rng_state(rngs)

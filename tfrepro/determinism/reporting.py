@@ -114,6 +114,10 @@ def status() -> Report:
                 "Python, NumPy, TF global seed and Generator, Keras" if seed is not None
                 else "call tfrepro.patch(seed) or tfrepro.seed_everything(seed)")
     )
+    init = state.active_init()
+    settings.append(Setting("randomness", "not keyed by tfrepro" if init is None else (
+        f"keyed: fit's shuffle of arrays by (seed, epoch); initial weights by {'(seed, layer, weight name)' if init == 'keyed' else 'creation order'} (init={init!r})"),
+        None))
     settings.append(_replacements_setting(tf_version))
     settings.append(_threads_setting())
     onednn = _env("TF_ENABLE_ONEDNN_OPTS")

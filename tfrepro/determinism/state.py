@@ -39,6 +39,7 @@ class PatchState:
     undo_ops: Callable[[], None] | None = None
     enabled_op_determinism: bool = False  # it was off before patch(), so unpatch() turns it off
     undo_keras_jit: Callable[[], None] | None = None
+    init: str = "order"  # how initial weights are drawn: "order" (creation order) or "keyed"
 
 
 _active: PatchState | None = None
@@ -57,6 +58,11 @@ def set_active(state: PatchState | None) -> None:
 def active_seed() -> int | None:
     """The seed of the active ``patch``, or None when not patched."""
     return None if _active is None else _active.seed
+
+
+def active_init() -> str | None:
+    """The initialisation scheme of the active ``patch`` ("order" or "keyed"), or None when not patched."""
+    return None if _active is None else _active.init
 
 
 def active_ops() -> tuple[str, ...]:

@@ -1,0 +1,98 @@
+"""Under ``patch``, ``Model.fit(x, y, shuffle=True)`` on arrays draws each epoch's order from the
+seed and the epoch.
+
+Keras builds the order of each pass over the arrays with ``tf.random.shuffle`` inside a tf.data
+map. Once TF's global seed is set, Keras 3 starts that op afresh on every epoch's iterator, so every
+epoch has the same order; Keras 2 draws the epochs' orders one after another from one op, so the
+order of epoch E depends on the E orders drawn before it. The rebinding is the smallest there is:
+while Keras builds that pipeline (Keras 3's ``ArrayDataAdapter.get_tf_dataset``, Keras 2's
+``TensorLikeDataAdapter.__init__``), ``tf.random.shuffle`` is a keyed permutation. Pass ``k`` over
+the arrays within one ``fit`` has epoch ``E0 + k``, ``E0`` the epoch clock when the first pass is
+drawn (``fit``'s first epoch; see ``epochs``), and its order is ``keys.permutation`` of the key
+(patch seed, "fit shuffle", epoch). Keras 3 starts one pass per epoch, so the key is ``fit``'s
+epoch; a pass that ``steps_per_epoch`` spreads over epochs keeps one order.
+
+``shuffle="batch"`` keeps Keras's own draws. Without ``patch``, Keras is left as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
+
+from tfrepro import _tf
+from tfrepro._import_hooks import call_after_import
+from tfrepro.determinism import epochs, keys, state
+
+PURPOSE = "fit shuffle"
+# Keras 3; tf_keras; the Keras 2 of TF 2.12: the module, the class, the method that builds the pipeline.
+_BUILDERS = (("keras.src.trainers.data_adapters.array_data_adapter", "ArrayDataAdapter", "get_tf_dataset"),
+             ("tf_keras.src.engine.data_adapter", "TensorLikeDataAdapter", "__init__"),
+             ("keras.engine.data_adapter", "TensorLikeDataAdapter", "__init__"))
+_hooked = False
+
+
+def follow_the_seed() -> None:
+    """Put the rebinding in place for every Keras, loaded now or later (once per process). It acts
+    only while a ``patch`` is active."""
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    for module_name, class_name, method in _BUILDERS:
+        hook = functools.partial(_rebind, class_name=class_name, method=method)
+        if module_name in sys.modules:
+            hook(sys.modules[module_name])
+        else:
+            call_after_import({module_name: hook})
+
+
+def _rebind(module: ModuleType, class_name: str, method: str) -> None:
+    adapter = getattr(module, class_name, None)
+    original = getattr(adapter, method, None)
+    if original is None or getattr(original, "_tfrepro_keyed", False):
+        return
+
+    @functools.wraps(original)
+    def build(self: Any, *args: Any, **kwargs: Any) -> Any:
+        shuffle = kwargs.get("shuffle", getattr(self, "_shuffle", False)) if method == "__init__" else self._shuffle
+        seed = state.active_seed()
+        if seed is None or shuffle is not True:
+            return original(self, *args, **kwargs)
+        with _keyed_tf_random_shuffle(seed):
+            return original(self, *args, **kwargs)
+
+    build._tfrepro_keyed = True  # type: ignore[attr-defined]
+    setattr(adapter, method, build)
+
+
+@contextlib.contextmanager
+def _keyed_tf_random_shuffle(seed: int) -> Iterator[None]:
+    """``tf.random.shuffle`` (under every name Keras reaches it by) is the keyed one meanwhile."""
+    tf = _tf.import_tf()
+    clock = epochs.clock()
+    with tf.init_scope():  # this pipeline's pass counter and first epoch
+        passes = tf.Variable(0, dtype=tf.int64, trainable=False)
+        first_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+    base = keys.key(seed, PURPOSE)
+
+    def shuffle(value: Any, seed: Any = None, name: Any = None) -> Any:
+        value = tf.convert_to_tensor(value)
+        k = passes.assign_add(1) - 1
+        start = tf.cond(k == 0, lambda: first_epoch.assign(clock.read_value()), first_epoch.read_value)
+        order = keys.permutation(tf.shape(value, out_type=tf.int64)[0], keys.fold_in(base, start + k))
+        return tf.gather(value, order)
+
+    modules = [m for m in (tf.random, getattr(getattr(tf.compat, "v2", None), "random", None)) if m is not None]
+    originals: list[tuple[Any, Callable[..., Any]]] = [(m, m.shuffle) for m in modules]
+    for module in modules:
+        module.shuffle = shuffle
+    try:
+        yield
+    finally:
+        for module, original in originals:
+            module.shuffle = original

@@ -1,0 +1,99 @@
+"""``patch(seed, init="keyed")``: each weight's initial value is keyed by the seed and the weight's
+place in its layer, not by the order in which weights are created.
+
+Keras's random initialisers draw from a stream (Keras 3: a seed taken from Python's ``random`` per
+initialiser; Keras 2: the global generator), so adding one layer changes every later layer's
+initial weights (TF #54442), and ablations compare different initialisations. Keyed, a weight made
+by ``Layer.add_weight`` with a random Keras initialiser (given as an instance or by name; the
+default ``glorot_uniform`` of a float weight too) gets a copy of it seeded with
+``derive_seed(seed, "init", layer name, weight name)`` (the weight's creation index within its
+layer when it has no name).
+
+What is stable: every weight of a layer whose name is the same in both models; give layers names
+(``Dense(64, name="encoder_1")``) to keep their initial weights when layers are added, removed or
+reordered. Keras's automatic names (``dense_3``) count the layers of a class made before, so a
+layer of the same class added earlier renames, and re-initialises, the ones after it. Initialisers
+that are plain functions, and variables made without ``add_weight``, are not keyed. ``init="order"``
+(the default) is the scheme of earlier releases, so old runs keep their initial values.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import sys
+from types import ModuleType
+from typing import Any
+
+from tfrepro._import_hooks import call_after_import
+from tfrepro.determinism import seeding, state
+
+SCHEMES = ("order", "keyed")
+# Keras 3; tf_keras; the Keras 2 of TF 2.12: where Layer is defined.
+_LAYERS = ("keras.src.layers.layer", "tf_keras.src.engine.base_layer", "keras.engine.base_layer")
+_hooked = False
+
+
+def check_scheme(init: object) -> str:
+    if init not in SCHEMES:
+        raise ValueError(f'init must be "order" or "keyed"; got {init!r}')
+    return init  # type: ignore[return-value]
+
+
+def follow_the_scheme() -> None:
+    """Put the ``add_weight`` rebinding in place for every Keras, loaded now or later (once per
+    process). It keys initialisers only while a ``patch(init="keyed")`` is active."""
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    for name in _LAYERS:
+        if name in sys.modules:
+            _rebind(sys.modules[name])
+        else:
+            call_after_import({name: _rebind})
+
+
+def _rebind(module: ModuleType) -> None:
+    layer_class = getattr(module, "Layer", None)
+    original = getattr(layer_class, "add_weight", None)
+    if original is None or getattr(original, "_tfrepro_keyed", False):
+        return
+    signature = inspect.signature(original)
+    initializers = importlib.import_module(f"{module.__name__.split('.')[0]}.initializers")
+
+    @functools.wraps(original)
+    def add_weight(self: Any, *args: Any, **kwargs: Any) -> Any:
+        active = state.active()
+        if active is None or active.init != "keyed":
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        count = self.__dict__.get("_tfrepro_weights_added", 0)
+        self.__dict__["_tfrepro_weights_added"] = count + 1
+        keyed = _keyed_initializer(initializers, bound.arguments, seeding.derive_seed(
+            active.seed, "init", self.name, bound.arguments.get("name") or f"#{count}"))
+        if keyed is not None:
+            bound.arguments["initializer"] = keyed
+        return original(*bound.args, **bound.kwargs)
+
+    add_weight._tfrepro_keyed = True  # type: ignore[attr-defined]
+    layer_class.add_weight = add_weight
+
+
+def _keyed_initializer(initializers: ModuleType, arguments: dict[str, Any], seed: int) -> Any:
+    """A copy of the weight's random Keras initialiser seeded with ``seed``; None to leave it."""
+    given = arguments.get("initializer")
+    if given is None:
+        dtype = str(arguments.get("dtype") or "float")
+        if "float" not in dtype:
+            return None
+        given = "glorot_uniform"  # Keras's default for a float weight, in Keras 2 and 3
+    try:
+        initializer = initializers.get(given)
+        config = initializer.get_config()
+    except (ValueError, TypeError, AttributeError):
+        return None
+    if "seed" not in config:
+        return None  # not random (zeros, ones, constant) or not Keras's
+    return type(initializer).from_config({**config, "seed": seed})
