@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import tfrepro
+
 
 @pytest.mark.parametrize("module_name", ["tfrepro.determinism.seeding", "tfrepro.proof.callback", "tfrepro.proof.fingerprints",
                                          "tfrepro.ops.kernel_facts", "tfrepro.data.seeded_maps"])

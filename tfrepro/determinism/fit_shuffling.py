@@ -6,11 +6,11 @@ map. Once TF's global seed is set, Keras 3 starts that op afresh on every epoch'
 epoch has the same order; Keras 2 draws the epochs' orders one after another from one op, so the
 order of epoch E depends on the E orders drawn before it. The rebinding is the smallest there is:
 while Keras builds that pipeline (Keras 3's ``ArrayDataAdapter.get_tf_dataset``, Keras 2's
-``TensorLikeDataAdapter.__init__``), ``tf.random.shuffle`` is a keyed permutation. Pass ``k`` over
-the arrays within one ``fit`` has epoch ``E0 + k``, ``E0`` the epoch clock when the first pass is
-drawn (``fit``'s first epoch; see ``epochs``), and its order is ``keys.permutation`` of the key
-(patch seed, "fit shuffle", epoch). Keras 3 starts one pass per epoch, so the key is ``fit``'s
-epoch; a pass that ``steps_per_epoch`` spreads over epochs keeps one order.
+``TensorLikeDataAdapter.__init__``), ``tf.random.shuffle`` is a keyed permutation of the key
+(patch seed, "fit shuffle", epoch). Keras 3 makes one pass (one iterator) per epoch, after
+``on_epoch_begin``: its epoch is the epoch clock's (see ``epochs``), read when the pass's order is
+drawn. Keras 2 draws every epoch's order from one iterator, ahead of training: pass ``k`` has epoch
+``initial_epoch + k``, ``initial_epoch`` read from Keras's ``DataHandler`` as it makes the adapter.
 
 ``shuffle="batch"`` keeps Keras's own draws. Without ``patch``, Keras is left as it is.
 """
@@ -63,28 +63,36 @@ def _rebind(module: ModuleType, class_name: str, method: str) -> None:
         seed = state.active_seed()
         if seed is None or shuffle is not True:
             return original(self, *args, **kwargs)
-        with _keyed_tf_random_shuffle(seed):
+        if method == "__init__":  # Keras 2: the DataHandler making this adapter knows fit's first epoch
+            first = int(sys._getframe(1).f_locals.get("initial_epoch", 0) or 0)
+            epoch_of_pass = _counted_passes(first)
+        else:
+            epoch_of_pass = epochs.clock().read_value
+        with _keyed_tf_random_shuffle(seed, epoch_of_pass):
             return original(self, *args, **kwargs)
 
     build._tfrepro_keyed = True  # type: ignore[attr-defined]
     setattr(adapter, method, build)
 
 
+def _counted_passes(first: int) -> Callable[[], Any]:
+    """The epoch of each pass of one pipeline whose passes are drawn in order: ``first``, then one
+    more per pass."""
+    tf = _tf.import_tf()
+    with tf.init_scope():
+        passes = tf.Variable(first, dtype=tf.int64, trainable=False)
+    return lambda: passes.assign_add(1) - 1
+
+
 @contextlib.contextmanager
-def _keyed_tf_random_shuffle(seed: int) -> Iterator[None]:
+def _keyed_tf_random_shuffle(seed: int, epoch_of_pass: Callable[[], Any]) -> Iterator[None]:
     """``tf.random.shuffle`` (under every name Keras reaches it by) is the keyed one meanwhile."""
     tf = _tf.import_tf()
-    clock = epochs.clock()
-    with tf.init_scope():  # this pipeline's pass counter and first epoch
-        passes = tf.Variable(0, dtype=tf.int64, trainable=False)
-        first_epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     base = keys.key(seed, PURPOSE)
 
     def shuffle(value: Any, seed: Any = None, name: Any = None) -> Any:
         value = tf.convert_to_tensor(value)
-        k = passes.assign_add(1) - 1
-        start = tf.cond(k == 0, lambda: first_epoch.assign(clock.read_value()), first_epoch.read_value)
-        order = keys.permutation(tf.shape(value, out_type=tf.int64)[0], keys.fold_in(base, start + k))
+        order = keys.permutation(tf.shape(value, out_type=tf.int64)[0], keys.fold_in(base, epoch_of_pass()))
         return tf.gather(value, order)
 
     modules = [m for m in (tf.random, getattr(getattr(tf.compat, "v2", None), "random", None)) if m is not None]
