@@ -14,7 +14,6 @@ draw asks for the clock.
 
 from __future__ import annotations
 
-import sys
 from types import ModuleType
 from typing import Any
 
@@ -24,7 +23,7 @@ from tfrepro._import_hooks import call_after_import
 _clock: Any = None
 # Where each Keras defines CallbackList: Keras 3, tf_keras, and the Keras 2 of TF 2.12.
 _CALLBACK_LISTS = ("keras.src.callbacks.callback_list", "tf_keras.src.callbacks", "keras.callbacks")
-_hooked: set[str] = set()
+_hooked = False
 
 
 def clock() -> Any:
@@ -60,14 +59,10 @@ def current_epoch() -> int:
 def _follow_fit_epochs() -> None:
     """Make every Keras ``CallbackList.on_epoch_begin`` set the clock: now for a Keras loaded, when
     it loads for one that is not (once per process)."""
-    for name in _CALLBACK_LISTS:
-        if name in _hooked:
-            continue
-        _hooked.add(name)
-        if name in sys.modules:
-            _hook_callback_list(sys.modules[name])
-        else:
-            call_after_import({name: _hook_callback_list})
+    global _hooked
+    if not _hooked:
+        _hooked = True
+        call_after_import({name: _hook_callback_list for name in _CALLBACK_LISTS})
 
 
 def _hook_callback_list(module: ModuleType) -> None:

@@ -43,12 +43,8 @@ def follow_the_seed() -> None:
     if _hooked:
         return
     _hooked = True
-    for module_name, class_name, method in _BUILDERS:
-        hook = functools.partial(_rebind, class_name=class_name, method=method)
-        if module_name in sys.modules:
-            hook(sys.modules[module_name])
-        else:
-            call_after_import({module_name: hook})
+    call_after_import({module_name: functools.partial(_rebind, class_name=class_name, method=method)
+                       for module_name, class_name, method in _BUILDERS})
 
 
 def _rebind(module: ModuleType, class_name: str, method: str) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import sys
 from types import ModuleType
 from typing import Any
 
@@ -48,11 +47,7 @@ def follow_the_scheme() -> None:
     if _hooked:
         return
     _hooked = True
-    for name in _LAYERS:
-        if name in sys.modules:
-            _rebind(sys.modules[name])
-        else:
-            call_after_import({name: _rebind})
+    call_after_import({name: _rebind for name in _LAYERS})
 
 
 def _rebind(module: ModuleType) -> None:
