@@ -208,3 +208,68 @@ def test_cli_reports_a_checkpoint_of_another_model_in_one_line(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "tfrepro run --checkpoint: " in proc.stderr and "does not fit this training run" in proc.stderr
     assert "model variable 0: checkpoint" in proc.stderr
+
+
+def test_a_resume_of_keyed_input_draws_no_earlier_epoch_and_says_so(tmp_path, keras, caplog, monkeypatch):
+    """Input keyed by the epoch (tfrepro.data.shuffle, map_with_seed): resuming at epoch 3 of 4 draws
+    and validates epoch 3 only, and ends on the uninterrupted run's bits. The elements drawn are
+    counted by a py_function, which the input scan rightly refuses (Python may hold state): the
+    scan is checked without the probe, and told to pass the probe."""
+    import logging
+
+    import tensorflow as tf
+
+    import tfrepro.data
+    from tfrepro.checkpointing import input_position
+    from tfrepro.data.addressing import why_not_addressable
+
+    x = np.linspace(0, 1, 64 * 4, dtype="float32").reshape(64, 4)
+    y = (x.sum(axis=1) > 2).astype("int64")
+    drawn = []
+
+    def noisy(features, label, seed):
+        features = tf.py_function(lambda v: drawn.append(1) or v, [features], tf.float32)
+        return tf.ensure_shape(features, [4]) + tf.random.stateless_uniform([4], seed, -0.01, 0.01), label
+
+    def run(folder, epochs=4):
+        with tfrepro.patched(3):
+            data = tfrepro.data.shuffle(tf.data.Dataset.from_tensor_slices((x, y)), 64)
+            train = tfrepro.data.map_with_seed(data, noisy, key="noise").batch(8)
+            validation = tfrepro.data.map_with_seed(tf.data.Dataset.from_tensor_slices((x, y)), noisy, key="val").batch(32)
+            trained = model(keras)
+            trained.fit(train, epochs=epochs, verbose=0, validation_data=validation,
+                        callbacks=[tfrepro.ReproCheckpoint(folder, keep=20)])
+        return trained
+
+    with tfrepro.patched(3):
+        keyed = tfrepro.data.map_with_seed(tfrepro.data.shuffle(tf.data.Dataset.from_tensor_slices((x, y)), 64),
+                                           lambda f, label, seed: (f + tf.random.stateless_uniform([4], seed), label))
+        assert why_not_addressable(keyed.batch(8)) is None
+        assert "runs Python" in why_not_addressable(keyed.map(lambda f, label: (tf.py_function(tf.identity, [f], tf.float32), label)))
+    monkeypatch.setattr(input_position, "why_not_addressable", lambda dataset: None)
+    whole = run(tmp_path / "whole")
+    assert len(drawn) == 4 * (64 + 64)  # 4 epochs of training and validation
+    shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
+    storage.list_checkpoints(tmp_path / "resumed")[-1].unlink()  # the newest left: the end of epoch 3
+    drawn.clear()
+    with caplog.at_level(logging.INFO, logger="tfrepro.checkpointing"):
+        resumed = run(tmp_path / "resumed")
+    assert len(drawn) == 64 + 64  # epoch 3 only: no earlier epoch replayed, none validated again
+    assert weights_bytes(resumed) == weights_bytes(whole)
+    assert "epoch 3's input drawn directly, no earlier epoch replayed" in caplog.text
+
+
+def test_a_resume_of_input_that_cannot_be_addressed_replays_and_says_why(tmp_path, keras, caplog):
+    import logging
+
+    import tensorflow as tf
+
+    def run(folder, epochs):
+        with tfrepro.patched(3):
+            trained = model(keras)
+            trained.fit(dataset(tf), epochs=epochs, verbose=0, callbacks=[tfrepro.ReproCheckpoint(folder)])
+
+    run(tmp_path, 2)
+    with caplog.at_level(logging.INFO, logger="tfrepro.checkpointing"):
+        run(tmp_path, 3)
+    assert "replaying the input of the 2 epochs before: the training input: a Dataset.shuffle reshuffles" in caplog.text

@@ -236,6 +236,7 @@ def test_a_resume_says_what_it_loaded_and_prints_no_replayed_epoch(tmp_path, ker
         classifier(keras).fit(data(tf), epochs=3, verbose=2, callbacks=[tfrepro.ReproCheckpoint(tmp_path)])
     resumed = [r.getMessage() for r in caplog.records if "resumed" in r.getMessage()]
     assert resumed == [f"tfrepro: resumed from {tmp_path / 'ckpt-e000002-b00000000.npz'}: epoch 2, batch 0, "
-                       "16 batches trained"]
+                       "16 batches trained; replaying the input of the 2 epochs before: the training input: a "
+                       "Dataset.shuffle reshuffles each pass by how many passes came before (use tfrepro.data.shuffle)"]
     printed = capsys.readouterr().out
     assert "Epoch 3/3" in printed and "Epoch 1/3" not in printed and "Epoch 2/3" not in printed

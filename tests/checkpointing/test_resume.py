@@ -99,7 +99,10 @@ def test_unmodified_script_under_tfrepro_run_checkpoint_resumes_exactly(tmp_path
     assert newest.is_file()
     proc = run_train(tmp_path, "resumed", "--plain", tfrepro_run=["--checkpoint", ckpt])
     assert (tmp_path / "resumed.npy").read_bytes() == full
-    assert f"tfrepro: resumed from {newest}: epoch 2, batch 0, 20 batches trained" in proc.stderr.splitlines()
+    said = [line for line in proc.stderr.splitlines() if line.startswith("tfrepro: resumed")]
+    assert said == [f"tfrepro: resumed from {newest}: epoch 2, batch 0, 20 batches trained; replaying the input of "
+                    "the 2 epochs before: the training input: a Dataset.shuffle reshuffles each pass by how many "
+                    "passes came before (use tfrepro.data.shuffle)"]
 
 
 def test_a_custom_loop_under_tfrepro_run_checkpoint_resumes_mid_epoch_exactly(tmp_path):

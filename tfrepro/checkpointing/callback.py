@@ -13,7 +13,7 @@ from typing import Any
 
 from tfrepro import _tf
 from tfrepro._version import __version__
-from tfrepro.checkpointing import callback_states, kernel_random, model_state, storage
+from tfrepro.checkpointing import callback_states, input_position, kernel_random, model_state, storage
 from tfrepro.determinism import seeding
 from tfrepro.errors import CheckpointError, warn
 
@@ -52,16 +52,19 @@ class ReproCheckpoint(keras.callbacks.Callback):
     epoch, ``steps_per_execution`` or ``tfrepro.patch`` seed raises ``tfrepro.CheckpointError``
     listing the difference; another Keras or TensorFlow version warns.
 
-    **The input position is restored by replay.** On resume, ``fit`` starts from its first batch as
-    usual, and every batch before the checkpoint's is drawn from the input and dropped, untrained,
-    with the other callbacks set aside (from ``on_train_begin`` on: no progress bar of a replayed
-    epoch); they rejoin at the checkpoint's batch, their state restored. Whatever the replay draws
-    (building the metrics calls the model in inference mode; replayed validation runs it) is undone
-    at that batch: the model's variables and every RNG are set to the checkpoint's again.
-    So the input goes on exactly where it was, whatever it is: ``tf.data`` with per-epoch shuffles
-    and ``Dataset.random`` streams (whose epoch counters TF's own iterator checkpoints do not carry
-    reliably), NumPy arrays shuffled by ``fit``, generators. It costs the input pipeline's time for
-    the batches replayed, and the validation of the epochs replayed; no training step runs twice.
+    **The input position.** Where the input can be addressed by epoch (arrays that ``fit`` shuffles
+    under ``tfrepro.patch``, ``tfrepro.data.shuffle``, ``map_with_seed``, a ``Dataset.shuffle`` that
+    does not reshuffle; ``tfrepro.checkpointing.input_position`` says which), a resume goes through
+    the epochs before the checkpoint's without drawing a batch or validating, and draws that epoch as
+    itself; within it, the batches before the checkpoint's are drawn and dropped. Otherwise (a
+    reshuffling ``Dataset.shuffle``, generators, ``PyDataset``), it replays: every batch before the
+    checkpoint's is drawn from the input and dropped, untrained, and replayed epochs are validated
+    again. Either way the other callbacks are set aside (from ``on_train_begin`` on: no progress bar
+    of a skipped epoch) and rejoin at the checkpoint's batch, their state restored, and whatever was
+    drawn meanwhile (building the metrics calls the model in inference mode; replayed validation
+    runs it) is undone there: the model's variables and every RNG are set to the checkpoint's again.
+    The resume's log line says which it did, and why it replayed. No training step runs twice; a
+    direct resume costs at most one epoch of input however far the run got.
 
     Args:
         directory: where the checkpoints live (created if needed). One folder per ``fit``.
@@ -169,6 +172,8 @@ class _Run:
         self.saved_since_last_batch = True
         self.last_logs: dict[str, float] = {}
         self.original_train_function: Any = None
+        self.replayed_because: str | None = None  # None: a resume skips the epochs before the checkpoint's
+        self.original_evaluate: Any = None
 
     # fit begins ----------------------------------------------------------------------------------
     def begin(self, logs: dict | None) -> None:
@@ -177,6 +182,11 @@ class _Run:
         if self.stored is not None:
             self._resume(self.stored)
             self._set_aside(logs)
+            if not self.finished and self.target[0] > 0:
+                self.replayed_because = input_position.why_replayed(
+                    self.model, self.owner.params, input_position.fit_arguments())
+                if self.replayed_because is None:
+                    self._skip_validation_before_the_target()
         train_function = self.model.train_function
         while isinstance(getattr(train_function, "__self__", None), _Run):  # left by a fit that raised
             train_function = train_function.__self__.original_train_function
@@ -211,8 +221,16 @@ class _Run:
         if self.finished:
             seeding.set_rng_state(stored.manifest["rng"])  # as the run left them, for what the script does next
         self.owner.restored_from = stored.path
+        if self.finished:
+            how = " (the run had ended: nothing to train)"
+        elif self.target[0] == 0:
+            how = ""
+        elif self.replayed_because is None:
+            how = f"; epoch {self.target[0]}'s input drawn directly, no earlier epoch replayed"
+        else:
+            how = f"; replaying the input of the {self.target[0]} epochs before: {self.replayed_because}"
         log.info("tfrepro: resumed from %s: epoch %d, batch %d, %d batches trained%s", stored.path, *self.target,
-                 self.trained, " (the run had ended: nothing to train)" if self.finished else "")
+                 self.trained, how)
 
     def _set_aside(self, logs: dict | None) -> None:
         """From ``on_train_begin`` on, alone in Keras's list while a resume replays: the others see no
@@ -235,6 +253,24 @@ class _Run:
     @property
     def replaying(self) -> bool:
         return (self.epoch, self.batch) < self.target
+
+    @property
+    def skipping(self) -> bool:
+        """In an epoch before the checkpoint's, with input addressed by epoch: nothing is drawn."""
+        return self.replayed_because is None and self.epoch < self.target[0]
+
+    def _skip_validation_before_the_target(self) -> None:
+        """``fit`` validates at the end of every epoch it goes through; before the checkpoint's epoch
+        nobody sees the result (the other callbacks are set aside), so nothing is drawn or run."""
+        self.original_evaluate = self.model.__dict__.get("evaluate")
+        evaluate = self.model.evaluate
+
+        def skipped_or_evaluated(*args: Any, **kwargs: Any) -> Any:
+            if self.owner._run is self and self.skipping:
+                return {}
+            return evaluate(*args, **kwargs)
+
+        self.model.evaluate = skipped_or_evaluated
 
     def epoch_begin(self, epoch: int) -> None:
         self.epoch, self.batch = epoch, 0
@@ -285,6 +321,8 @@ class _Run:
             self.model.stop_training = True
             self._draw(iterator, 1)  # Keras reads the metrics at the epoch's end: build them
             self._restore_random_state()
+            return dict(self.last_logs)
+        if self.replaying and self.skipping:  # an earlier epoch of addressable input: draw nothing
             return dict(self.last_logs)
         if self.replaying:  # draw the batches the checkpointed run drew, and train none
             steps = self.owner.params.get("steps")
@@ -397,6 +435,11 @@ class _Run:
     def end(self) -> None:
         if self.model.train_function == self._train_function:
             self.model.train_function = self.original_train_function
+        if "evaluate" in self.model.__dict__:
+            if self.original_evaluate is None:
+                del self.model.__dict__["evaluate"]
+            else:
+                self.model.__dict__["evaluate"] = self.original_evaluate
         # First, so that Keras's loop over its list, now at this callback, goes on to all the others.
         self.fit_callbacks[:] = [self.owner, *self.others]
         if self.first_call is None or self.finished:

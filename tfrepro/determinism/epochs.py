@@ -3,17 +3,19 @@
 Keyed draws (``fit``'s shuffle of arrays under ``patch``, ``tfrepro.data.shuffle``,
 ``tfrepro.data.map_with_seed``) are stateless functions of a seed, what the draw is for, the epoch
 and the element. The epoch is read from one process-wide ``int64`` variable, never from a count of
-iterators: ``Model.fit`` sets it at the start of each epoch (``CallbackList.on_epoch_begin``, with
-``tfrepro``'s hook, so every Keras callback list sets it, whether or not the model was built under
-``patch``); a custom training loop calls ``set_epoch(e)``, as with PyTorch's
-``DistributedSampler.set_epoch``. Reading it is free of races because tf.data iterators start
-lazily: a pass over a dataset reads the clock when its first element is pulled, which under ``fit``
-is in that epoch's first step (validation reads the same epoch). Nothing is created until a keyed
+iterators: ``Model.fit`` sets it (tfrepro hooks Keras's ``CallbackList``: ``initial_epoch`` at
+``on_train_begin``, E at ``on_epoch_begin(E)``, E + 1 at ``on_epoch_end(E)``); a custom training
+loop calls ``set_epoch(e)``, as with PyTorch's ``DistributedSampler.set_epoch``. A pass over a
+dataset reads it when its first element is made: tf.data iterators start when first pulled, which
+under ``fit`` is in that epoch's first step; a distributed iterator starts as it is made, after the
+previous epoch ended. Validation reads the epoch it validates. Nothing is created until a keyed
 draw asks for the clock.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -66,15 +68,38 @@ def _follow_fit_epochs() -> None:
 
 
 def _hook_callback_list(module: ModuleType) -> None:
+    """``fit``'s callback list sets the clock: to ``initial_epoch`` as training begins (read from
+    ``fit``'s frame), to E as epoch E begins, and to E + 1 as it ends, so that an iterator made
+    between two epochs (Keras 2 makes the next one before ``on_epoch_begin``; a distributed one
+    starts at once) reads the epoch it is for."""
     callback_list = getattr(module, "CallbackList", None)
     if callback_list is None or getattr(callback_list.on_epoch_begin, "_tfrepro_sets_epoch", False):
         return
-    original = callback_list.on_epoch_begin
 
-    def on_epoch_begin(self: Any, epoch: int, logs: Any = None) -> Any:
-        clock().assign(int(epoch))
-        return original(self, epoch, logs)
+    def train_begin(self: Any, logs: Any = None) -> int | None:
+        frame = sys._getframe(2)
+        for _ in range(6):
+            if frame is None:
+                return None
+            if frame.f_code.co_name == "fit" and "initial_epoch" in frame.f_locals:
+                return int(frame.f_locals["initial_epoch"] or 0)
+            frame = frame.f_back
+        return None
 
-    on_epoch_begin._tfrepro_sets_epoch = True  # type: ignore[attr-defined]
-    on_epoch_begin.__wrapped__ = original  # type: ignore[attr-defined]
-    callback_list.on_epoch_begin = on_epoch_begin
+    for name, epoch_of in (("on_train_begin", train_begin), ("on_epoch_begin", lambda self, epoch, logs=None: epoch),
+                           ("on_epoch_end", lambda self, epoch, logs=None: epoch + 1)):
+        _set_clock_before(callback_list, name, epoch_of)
+
+
+def _set_clock_before(callback_list: type, name: str, epoch_of: Any) -> None:
+    original = getattr(callback_list, name)
+
+    @functools.wraps(original)
+    def hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+        epoch = epoch_of(self, *args, **kwargs)
+        if epoch is not None:
+            clock().assign(int(epoch))
+        return original(self, *args, **kwargs)
+
+    hook._tfrepro_sets_epoch = True  # type: ignore[attr-defined]
+    setattr(callback_list, name, hook)

@@ -10,7 +10,8 @@ while Keras builds that pipeline (Keras 3's ``ArrayDataAdapter.get_tf_dataset``,
 (patch seed, "fit shuffle", epoch). Keras 3 makes one pass (one iterator) per epoch, after
 ``on_epoch_begin``: its epoch is the epoch clock's (see ``epochs``), read when the pass's order is
 drawn. Keras 2 draws every epoch's order from one iterator, ahead of training: pass ``k`` has epoch
-``initial_epoch + k``, ``initial_epoch`` read from Keras's ``DataHandler`` as it makes the adapter.
+``E0 + k``, ``E0`` the clock when the first order is drawn (``fit``'s first epoch; a resume that
+skips to epoch E draws it first at E).
 
 ``shuffle="batch"`` keeps Keras's own draws. Without ``patch``, Keras is left as it is.
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
@@ -59,9 +59,8 @@ def _rebind(module: ModuleType, class_name: str, method: str) -> None:
         seed = state.active_seed()
         if seed is None or shuffle is not True:
             return original(self, *args, **kwargs)
-        if method == "__init__":  # Keras 2: the DataHandler making this adapter knows fit's first epoch
-            first = int(sys._getframe(1).f_locals.get("initial_epoch", 0) or 0)
-            epoch_of_pass = _counted_passes(first)
+        if method == "__init__":  # Keras 2: one iterator for all epochs, drawn ahead
+            epoch_of_pass = _counted_passes()
         else:
             epoch_of_pass = epochs.clock().read_value
         with _keyed_tf_random_shuffle(seed, epoch_of_pass):
@@ -71,13 +70,20 @@ def _rebind(module: ModuleType, class_name: str, method: str) -> None:
     setattr(adapter, method, build)
 
 
-def _counted_passes(first: int) -> Callable[[], Any]:
-    """The epoch of each pass of one pipeline whose passes are drawn in order: ``first``, then one
-    more per pass."""
+def _counted_passes() -> Callable[[], Any]:
+    """The epoch of each pass of one pipeline whose passes are drawn in order: the clock's when the
+    first is drawn, then one more per pass."""
     tf = _tf.import_tf()
+    clock = epochs.clock()
     with tf.init_scope():
-        passes = tf.Variable(first, dtype=tf.int64, trainable=False)
-    return lambda: passes.assign_add(1) - 1
+        passes = tf.Variable(0, dtype=tf.int64, trainable=False)
+        first = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def epoch_of_pass() -> Any:
+        k = passes.assign_add(1) - 1
+        return tf.cond(k == 0, lambda: first.assign(clock.read_value()), first.read_value) + k
+
+    return epoch_of_pass
 
 
 @contextlib.contextmanager

@@ -1,0 +1,70 @@
+"""How a resume reaches the checkpoint's input position: directly, when the input can be addressed
+by epoch, or by replaying the batches before it.
+
+Directly (``why_replayed`` is None): the epochs before the checkpoint's are neither drawn nor
+validated; ``fit`` goes through them without pulling a batch, and the checkpoint's epoch is drawn
+as itself (its keyed draws depend on the epoch, not on the passes before). Inside that epoch, the
+batches before the checkpoint's are drawn and dropped. The cost of a resume is then at most one
+epoch's input, however far the run got.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tfrepro import _tf
+from tfrepro.data.addressing import why_not_addressable
+from tfrepro.determinism import state
+
+
+def fit_arguments(depth: int = 12) -> dict[str, Any] | None:
+    """The arguments of the ``Model.fit`` running the caller (from its frame), or None."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "fit" and {"x", "initial_epoch"} <= set(frame.f_locals):
+            return dict(frame.f_locals)
+        frame = frame.f_back
+    return None
+
+
+def why_replayed(model: Any, params: dict[str, Any], arguments: dict[str, Any] | None) -> str | None:
+    """None if a resume can jump to the checkpoint's epoch; else why its input must be replayed."""
+    if arguments is None:
+        return "ReproCheckpoint cannot see the fit's arguments"
+    if not params.get("steps"):
+        return "fit does not know its steps per epoch"
+    strategy = type(getattr(model, "distribute_strategy", None)).__name__
+    if strategy not in ("NoneType", "_DefaultDistributionStrategy", "_DefaultDistributionStrategyV1"):
+        return f"it runs under {strategy} (not tested there)"
+    tf = _tf.import_tf()
+    why = _why_input_replayed(tf, arguments.get("x"), arguments.get("shuffle", True), "the training input")
+    if why is None and arguments.get("validation_data") is not None:
+        validation = arguments["validation_data"]
+        validation = validation[0] if isinstance(validation, tuple) and not _is_array(tf, validation) else validation
+        why = _why_input_replayed(tf, validation, False, "the validation input")
+    return why
+
+
+def _why_input_replayed(tf: Any, x: Any, shuffle: Any, what: str) -> str | None:
+    if isinstance(x, tf.data.Dataset):
+        why = why_not_addressable(x)
+        return None if why is None else f"{what}: {why}"
+    if _is_array(tf, x):
+        if shuffle == "batch":
+            return f"{what}: fit(shuffle='batch') keeps Keras's own draws"
+        if shuffle and state.active_seed() is None:
+            return f"{what}: fit's shuffle of arrays is keyed by the epoch only under tfrepro.patch"
+        return None
+    return f"{what} is a {type(x).__name__}, which tfrepro cannot address by epoch"
+
+
+def _is_array(tf: Any, x: Any) -> bool:
+    """Arrays, tensors, or a list, tuple or dict of them (what Keras slices itself)."""
+    if isinstance(x, (list, tuple)):
+        return len(x) > 0 and all(_is_array(tf, v) for v in x)
+    if isinstance(x, dict):
+        return len(x) > 0 and all(_is_array(tf, v) for v in x.values())
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, tf.data.Dataset)

@@ -1,0 +1,52 @@
+"""Whether a training input can be addressed by epoch: whether epoch E's batches are the same when
+the epochs before it were never drawn.
+
+They are when every random draw in it is keyed (fit's shuffle of arrays under ``patch``,
+``tfrepro.data.shuffle``, ``map_with_seed``) or restarts with every pass (a ``Dataset.shuffle`` with
+``reshuffle_each_iteration=False``, a ``Dataset.random`` that is not rerandomised, TF's stateful
+random ops in a tf.data function, whose kernels each new iterator makes afresh). They are not when a
+draw depends on how many passes came before (``Dataset.shuffle``'s default reshuffle, a rerandomised
+``Dataset.random``, a ``tf.random.Generator`` or a variable the pipeline updates) or on Python
+(``Dataset.from_generator``, ``py_function``, Keras's ``PyDataset``/``Sequence``, generators).
+``why_not_addressable`` reads the dataset's graph, functions included; it never runs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfrepro import _tf
+
+# Ops whose draws follow the number of passes before, by what they read to say so.
+_RESHUFFLING = {"ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3", "ShuffleAndRepeatDataset",
+                "ShuffleAndRepeatDatasetV2"}
+_RANDOM_DATASETS = {"RandomDataset", "RandomDatasetV2", "ExperimentalRandomDataset"}
+_PYTHON = {"PyFunc", "PyFuncStateless", "EagerPyFunc", "GeneratorDataset"}
+_STATE_UPDATES = {"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "RngReadAndSkip", "RngSkip",
+                  "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt", "StatefulStandardNormalV2",
+                  "StatefulTruncatedNormal", "StatefulRandomBinomial", "ResourceScatterUpdate", "ResourceScatterAdd"}
+
+
+def why_not_addressable(dataset: Any) -> str | None:
+    """None if ``dataset``'s epochs can be drawn directly; else what in it draws by history."""
+    tf = _tf.import_tf()
+    graph = tf.compat.v1.GraphDef()
+    serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=dataset._variant_tensor,
+                                             external_state_policy=1,  # warn, do not fail, on stateful ops
+                                             strip_device_assignment=True)
+    graph.ParseFromString(serialized.numpy())
+    # The graph's own nodes are its datasets (and, serialised, the values of the variables its
+    # functions capture); what the pipeline does to state is in its functions.
+    in_functions = [node for function in graph.library.function for node in function.node_def]
+    function_nodes = {id(node) for node in in_functions}
+    for node in [*graph.node, *in_functions]:
+        attrs = node.attr
+        if node.op in _PYTHON:
+            return "it runs Python (a generator or py_function), which tfrepro cannot address"
+        if node.op in _RESHUFFLING and ("reshuffle_each_iteration" not in attrs or attrs["reshuffle_each_iteration"].b):
+            return "a Dataset.shuffle reshuffles each pass by how many passes came before (use tfrepro.data.shuffle)"
+        if node.op in _RANDOM_DATASETS and "rerandomize_each_iteration" in attrs and attrs["rerandomize_each_iteration"].b:
+            return "a Dataset.random draws each pass by how many passes came before (use tfrepro.data.map_with_seed)"
+        if node.op in _STATE_UPDATES and id(node) in function_nodes:
+            return f"it updates state that outlives a pass ({node.op}: a tf.random.Generator or a variable)"
+    return None
