@@ -74,4 +74,6 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
         return fn(*element, element_seed) if type(element) is tuple else fn(element, element_seed)  # as Dataset.map
 
     keyed = tf.data.Dataset.zip((dataset, passes.element_seeds(seed, ("map_with_seed", key), epoch)))
-    return passes.with_cardinality_of(dataset, keyed.map(call, num_parallel_calls=calls, deterministic=True))
+    # The cardinality asserted before the map: after a parallel map, its per-element check costs
+    # more than the map's own overhead.
+    return passes.with_cardinality_of(dataset, keyed).map(call, num_parallel_calls=calls, deterministic=True)
