@@ -54,11 +54,9 @@ _BLOCK = 1024
 
 def keyed_pass(dataset: Any, build: Callable[[Any], Any], seed: int, purpose: tuple[int | str, ...],
                epoch: int | None) -> Any:
-    """``build(key)`` for every pass over ``dataset``, ``key`` the pass's ``[2]`` int64 key. The
-    result keeps ``dataset``'s cardinality."""
-    tf = _tf.import_tf()
-    if epoch is not None:
-        return build(keys.fold_in(_base_key(tf, seed, purpose), epoch))
+    """``build(key)`` for every pass over ``dataset``, ``key`` the pass's ``[2]`` int64 key, traced in
+    a function graph whether the epoch is the clock's or given. The result keeps ``dataset``'s
+    cardinality."""
     return with_cardinality_of(dataset, pass_keys(seed, purpose, epoch).take(1).flat_map(build))
 
 

@@ -16,7 +16,7 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
     ``tfrepro.data.set_epoch`` in a custom loop) when the pass's first element is pulled, or a fixed
     ``epoch``. So every run gives the same order, every epoch another, and epoch E's order can be
     drawn directly, without drawing the epochs before it (an exact resume needs no replay). TF's
-    global seed counts too, as for every tf.data random op (``patch(S)`` sets it to S).
+    global seed does not enter.
 
     Use it where a pass starts with an epoch: ``repeat()`` after it starts passes ahead of training
     (put ``repeat()`` before it, or pass ``epoch``).
@@ -38,9 +38,19 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
     passes.check_epoch(epoch)
 
     def one_pass(key: Any) -> Any:
-        return dataset.shuffle(buffer_size, seed=key[1] % (2**31 - 1), reshuffle_each_iteration=False)
+        # Traced in the pass's function graph: its graph-level seed stands in for TF's global seed, so
+        # that the order depends on the key alone (and TF's seed pairing never compares a tensor).
+        graph = tf.compat.v1.get_default_graph()
+        saved, graph.seed = graph.seed, _GRAPH_SEED
+        try:
+            return dataset.shuffle(buffer_size, seed=key[1] % (2**31 - 1), reshuffle_each_iteration=False)
+        finally:
+            graph.seed = saved
 
     return passes.keyed_pass(dataset, one_pass, seed, ("shuffle", key), epoch)
+
+
+_GRAPH_SEED = 87654321
 
 
 def _seed_or_patch_seed(seed: int | None, what: str) -> int:
