@@ -21,43 +21,40 @@ def check_epoch(epoch: int | None) -> int | None:
     return epoch
 
 
-def pass_keys(seed: int, purpose: tuple[int | str, ...], epoch: int | None) -> Any:
-    """An endless dataset of the pass's ``[2]`` int64 key, to zip with the pass: the key is
-    computed once per pass, when the pass's first element is pulled."""
+def keyed_pass(build: Callable[[Any], Any], seed: int, purpose: tuple[int | str, ...], epoch: int | None) -> Any:
+    """A dataset whose every pass is ``build(key)``, ``key`` the pass's ``[2]`` int64 key, computed
+    when the pass's first element is pulled (traced in a function graph, whether the epoch is the
+    clock's or given). One function per pass: a new iterator instantiates every function of its
+    pipeline, and that cost is paid once per epoch."""
     tf = _tf.import_tf()
     base = _base_key(tf, seed, purpose)
-    if epoch is not None:
-        return tf.data.Dataset.from_tensors(keys.fold_in(base, epoch)).repeat()
-    clock = epochs.clock()
-    once = tf.data.Dataset.range(1).map(lambda _: keys.fold_in(base, clock.read_value()))
-    return once.flat_map(lambda key: tf.data.Dataset.from_tensors(key).repeat())
+    clock = epochs.clock() if epoch is None else None
+
+    def one_pass(_: Any) -> Any:
+        return build(keys.fold_in(base, clock.read_value() if clock is not None else epoch))
+
+    return tf.data.Dataset.range(1).flat_map(one_pass)
 
 
-def element_seeds(seed: int, purpose: tuple[int | str, ...], epoch: int | None) -> Any:
-    """An endless dataset of ``[2]`` int64 seeds: element ``i`` of a pass gets the pass's key plus
-    ``[0, i]``. They are made in vectorised blocks and unbatched, so an element costs the pipeline
-    a slice, not ops of its own."""
+def element_seeds(seed: int, purpose: tuple[int | str, ...], epoch: int | None, count: int | None = None) -> Any:
+    """A dataset of ``[2]`` int64 seeds: element ``i`` of a pass gets the pass's key plus ``[0, i]``.
+    Made vectorised: ``count`` of them at once when the pass's length is known, else endlessly in
+    blocks, so that an element costs the pipeline a slice, not ops of its own."""
     tf = _tf.import_tf()
 
-    def blocks(key: Any) -> Any:
-        def block(start: Any) -> Any:
-            index = start + tf.range(_BLOCK, dtype=tf.int64)
-            return key + tf.stack([tf.zeros_like(index), index], axis=1)
+    def seeds(key: Any, start: Any, size: int) -> Any:
+        index = start + tf.range(size, dtype=tf.int64)
+        return key + tf.stack([tf.zeros_like(index), index], axis=1)
 
-        return tf.data.Dataset.range(0, 2**62, _BLOCK).map(block).unbatch()
+    def one_pass(key: Any) -> Any:
+        if count is not None:
+            return tf.data.Dataset.from_tensor_slices(seeds(key, tf.constant(0, tf.int64), count))
+        return tf.data.Dataset.range(0, 2**62, _BLOCK).map(lambda start: seeds(key, start, _BLOCK)).unbatch()
 
-    return pass_keys(seed, purpose, epoch).take(1).flat_map(blocks)
+    return keyed_pass(one_pass, seed, purpose, epoch)
 
 
 _BLOCK = 1024
-
-
-def keyed_pass(dataset: Any, build: Callable[[Any], Any], seed: int, purpose: tuple[int | str, ...],
-               epoch: int | None) -> Any:
-    """``build(key)`` for every pass over ``dataset``, ``key`` the pass's ``[2]`` int64 key, traced in
-    a function graph whether the epoch is the clock's or given. The result keeps ``dataset``'s
-    cardinality."""
-    return with_cardinality_of(dataset, pass_keys(seed, purpose, epoch).take(1).flat_map(build))
 
 
 def with_cardinality_of(dataset: Any, result: Any) -> Any:

@@ -26,6 +26,9 @@ def _where_defined(fn: Callable[..., Any]) -> str:
     return f"{getattr(target, '__module__', '')}.{name}:{code.co_firstlineno if code else ''}"
 
 
+_SEEDS_AT_ONCE = 2**22  # a pass of up to 4M elements gets its seeds in one tensor (64 MiB at most)
+
+
 def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
                   num_parallel_calls: int | None = None, *, key: str | None = None,
                   epoch: int | None = None) -> Any:
@@ -73,7 +76,9 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     def call(element: Any, element_seed: Any) -> Any:
         return fn(*element, element_seed) if type(element) is tuple else fn(element, element_seed)  # as Dataset.map
 
-    keyed = tf.data.Dataset.zip((dataset, passes.element_seeds(seed, ("map_with_seed", key), epoch)))
+    count = tf.get_static_value(dataset.cardinality())
+    count = int(count) if count is not None and 0 <= count <= _SEEDS_AT_ONCE else None
+    keyed = tf.data.Dataset.zip((dataset, passes.element_seeds(seed, ("map_with_seed", key), epoch, count)))
     # The cardinality asserted before the map: after a parallel map, its per-element check costs
     # more than the map's own overhead.
     return passes.with_cardinality_of(dataset, keyed).map(call, num_parallel_calls=calls, deterministic=True)

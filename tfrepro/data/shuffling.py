@@ -47,7 +47,7 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
         finally:
             graph.seed = saved
 
-    return passes.keyed_pass(dataset, one_pass, seed, ("shuffle", key), epoch)
+    return passes.with_cardinality_of(dataset, passes.keyed_pass(one_pass, seed, ("shuffle", key), epoch))
 
 
 _GRAPH_SEED = 87654321
