@@ -6,6 +6,7 @@ show what Keras does without it."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import pytest
 import tfrepro
 from tfrepro import _tf
 
-from conftest import run_python
+from conftest import run_python, run_tfrepro
 
 pytestmark = pytest.mark.keras
 
@@ -208,3 +209,11 @@ def test_bad_arguments_say_what_to_do(tf, call, message):
 
     with pytest.raises((ValueError, TypeError), match=message):
         call(tf, tfrepro.data)
+
+
+def test_tfrepro_run_init_keyed_patches_with_keyed_initial_weights(tmp_path):
+    probe = "import tfrepro, tensorflow; print(tfrepro.status()['randomness'].value)"
+    proc = run_tfrepro("run", "--seed", "2", "--init", "keyed", "--", sys.executable, "-c", probe)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("(init='keyed')"), proc.stderr[-2000:]
+    bad = run_tfrepro("run", "--init", "layers", "--", sys.executable, "-c", "pass")
+    assert bad.returncode == 2 and "invalid choice: 'layers'" in bad.stderr and "Traceback" not in bad.stderr

@@ -57,6 +57,9 @@ def _add_launch_options(parser: argparse.ArgumentParser, seed: bool = True) -> N
                           "default only those this TensorFlow cannot run deterministically on a GPU (ops='auto')")
     ops.add_argument("--no-ops", dest="ops", action="store_const", const="none",
                      help="replace no op (patch(ops=False)): the ops above then raise on a GPU")
+    parser.add_argument("--init", choices=("order", "keyed"), default="order",
+                        help="initial weights: in creation order (default), or keyed by layer and weight name "
+                             "(patch(init='keyed'))")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py [args...]")
 
 
@@ -69,7 +72,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops)
+    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init)
     env = config.to_env()
     if args.checkpoint is None:
         if args.checkpoint_every is not None or args.checkpoint_keep is not None:
@@ -172,7 +175,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from tfrepro.cli import rendering
     from tfrepro.launching.checking import RunInterrupted, check
 
-    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops,
+    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init,
                           patch=not args.no_patch, gradients=args.gradients)
     command = _command(args)
     bootstrap_command(command)  # fail fast on a bad command, before any folder is made
@@ -195,7 +198,8 @@ def _doctor_command(args: argparse.Namespace, command: list[str]) -> str:
     """The ``tfrepro doctor`` command line that diagnoses what ``tfrepro check`` ran."""
     options = [*(["--seed", str(args.seed)] if args.seed else []), *(["--threads", str(args.threads)] if args.threads
                else []), *(["--onednn", "on" if args.onednn else "off"] if args.onednn is not None else []),
-               *({"all": ["--ops"], "none": ["--no-ops"]}.get(args.ops, [])), *(["--no-patch"] if args.no_patch else [])]
+               *({"all": ["--ops"], "none": ["--no-ops"]}.get(args.ops, [])), *(["--init", "keyed"] if args.init == "keyed"
+               else []), *(["--no-patch"] if args.no_patch else [])]
     return shlex.join(["tfrepro", "doctor", *options, "--", *command])
 
 
@@ -238,7 +242,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             check_tf_version(args.tf_version)
         except ValueError as exc:
             raise LaunchError(f"--tf-version: {exc}") from None
-    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops,
+    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init,
                           patch=not args.no_patch)
     command = _command(args)
     bootstrap_command(command)  # fail fast on a bad command, before any folder is made
@@ -312,7 +316,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _check_plot_path(args.plot)
         command = _command(args)
         bootstrap_command(command)  # fail fast on a bad command: all checks come before any folder is made
-        config = LaunchConfig(threads=args.threads, onednn=args.onednn, ops=args.ops)
+        config = LaunchConfig(threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init)
         out = _out_dir(args.out, "tfrepro-sweep-")
         result = rendering.with_progress(f"tfrepro sweep: {len(seeds)} seeds", len(seeds), lambda on_run: run_sweep(
             command, seeds, config=config, out=out, metric=args.metric or "loss", best=args.best, jobs=jobs,

@@ -4,8 +4,9 @@ Stateful random ops (``tf.image.random_*``, Keras 3's random layers) in a parall
 hand their numbers to elements in thread order (each run augments differently) or, under op
 determinism, run serially (TF #62100, #39992). A stateless op keyed by a seed that travels with the
 element is both: deterministic and parallel. Element ``i`` of a pass gets the key of the pass (the
-seed, the map's key, the epoch: see ``passes``) plus ``[0, i]``: one addition per element, and any
-element's seed can be computed alone.
+seed, the map's key, the epoch: see ``passes``) plus ``[0, i]``, made for the whole pass in one
+tensor (in blocks when its length is unknown) and zipped in; any element's seed can be computed
+alone.
 """
 
 from __future__ import annotations

@@ -56,13 +56,14 @@ def _patch(config: LaunchConfig) -> None:
     from tfrepro.determinism import patching, seeding, state
 
     if config.trace_dir or "tensorflow" in sys.modules:
-        patching.patch(config.seed, threads=config.threads, onednn=config.onednn, ops=config.patch_ops)
+        patching.patch(config.seed, threads=config.threads, onednn=config.onednn, ops=config.patch_ops, init=config.init)
         return
 
     def on_tensorflow(tf: ModuleType) -> None:
         if state.active() is None:  # a script that calls tfrepro.patch() itself has the last word
             # onednn=None: the launcher set TF_ENABLE_ONEDNN_OPTS before this interpreter started
-            patching.apply_patch(config.seed, threads=config.threads, ops=config.patch_ops, host_rngs=False)
+            patching.apply_patch(config.seed, threads=config.threads, ops=config.patch_ops, init=config.init,
+                                 host_rngs=False)
 
     seeding.seed_python(config.seed)
     call_after_import({"numpy": lambda numpy: seeding.seed_numpy(config.seed), "tensorflow": on_tensorflow},

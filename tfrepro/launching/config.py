@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from tfrepro import _tf
-from tfrepro.determinism import seeding, switches
+from tfrepro.determinism import initialisers, seeding, switches
 from tfrepro.errors import LaunchError
 
 # The launcher/child protocol: LaunchConfig field -> environment variable.
@@ -18,6 +18,7 @@ ENV_NAMES = {
     "threads": "TFREPRO_THREADS",
     "onednn": "TFREPRO_ONEDNN",
     "ops": "TFREPRO_OPS",
+    "init": "TFREPRO_INIT",
     "trace_dir": "TFREPRO_TRACE_DIR",
     "gradients": "TFREPRO_GRADIENTS",
 }
@@ -28,7 +29,8 @@ OPS_CHOICES = {"auto": "auto", "all": True, "none": False}  # --ops value -> pat
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How the child runs: whether and how to patch (seed, thread pools, oneDNN, op replacements),
+    """How the child runs: whether and how to patch (seed, thread pools, oneDNN, op replacements,
+    the initialisation scheme),
     and, for ``tfrepro check``, where every ``Model.fit`` writes its trace and whether gradients
     are fingerprinted too."""
 
@@ -36,6 +38,7 @@ class LaunchConfig:
     threads: int | None = None
     onednn: bool | None = None
     ops: str = "auto"  # "auto", "all" or "none" (True/False are read as "all"/"none")
+    init: str = "order"  # patch(init=...): "order" or "keyed"
     patch: bool = True
     trace_dir: str | None = None
     gradients: bool = False
@@ -51,6 +54,8 @@ class LaunchConfig:
             object.__setattr__(self, "ops", "all" if self.ops else "none")
         if self.ops not in OPS_CHOICES:
             raise LaunchError(f"--ops must be one of {', '.join(OPS_CHOICES)}; got {self.ops!r}")
+        if self.init not in initialisers.SCHEMES:
+            raise LaunchError(f"--init must be one of {', '.join(initialisers.SCHEMES)}; got {self.init!r}")
 
     @property
     def patch_ops(self) -> str | bool:
