@@ -217,3 +217,25 @@ def test_tfrepro_run_init_keyed_patches_with_keyed_initial_weights(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip().endswith("(init='keyed')"), proc.stderr[-2000:]
     bad = run_tfrepro("run", "--init", "layers", "--", sys.executable, "-c", "pass")
     assert bad.returncode == 2 and "invalid choice: 'layers'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_keyed_init_tells_same_named_cells_apart_and_takes_positional_initialisers(keras):
+    """Keras 3 names every LSTM's cell `lstm_cell`: the parents' names tell them apart. An
+    initialiser given by position (Keras 3's add_weight(shape, initializer)) is keyed too."""
+    keras3 = _tf.keras_major(keras) >= 3
+
+    class Custom(keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight((4, 4), "he_normal", name="w") if keras3 else self.add_weight(
+                "w", (4, 4), initializer="he_normal")
+
+    with tfrepro.patched(3, init="keyed"):
+        stacked = keras.Sequential([keras.Input((3, 4)), keras.layers.LSTM(4, return_sequences=True), keras.layers.LSTM(4)])
+        first, second = (layer.cell.kernel.numpy() for layer in stacked.layers)
+        assert not np.array_equal(first, second)
+        made = []
+        for _ in range(2):
+            layer = Custom(name="custom")
+            layer.build((4,))
+            made.append(layer.w.numpy())
+    assert np.array_equal(made[0], made[1])

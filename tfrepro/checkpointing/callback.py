@@ -315,6 +315,8 @@ class _Run:
             if not self.set_aside:  # last in Keras's list, so that a save sees the others' state after the same hook
                 self.fit_callbacks[:] = [*self.others, self.owner]
             traced = self._trace_train_step(iterator)
+            if not traced and self.replayed_because is None and self.target[0] > 0:  # metrics unbuilt: replay builds them
+                self.replayed_because = "its train step could not be traced"
             if self.stored is not None:
                 self._restore_variables(traced)
         if self.finished:  # the checkpointed run had ended: train nothing

@@ -36,11 +36,16 @@ def why_replayed(model: Any, params: dict[str, Any], arguments: dict[str, Any] |
         return "ReproCheckpoint cannot see the fit's arguments"
     if not params.get("steps"):
         return "fit does not know its steps per epoch"
+    if arguments.get("validation_steps") is not None:
+        return "validation_steps keeps one validation iterator across epochs"
     strategy = type(getattr(model, "distribute_strategy", None)).__name__
     if strategy not in ("NoneType", "_DefaultDistributionStrategy", "_DefaultDistributionStrategyV1"):
         return f"it runs under {strategy} (not tested there)"
     tf = _tf.import_tf()
-    why = _why_input_replayed(tf, arguments.get("x"), arguments.get("shuffle", True), "the training input")
+    x, steps = arguments.get("x"), arguments.get("steps_per_epoch")
+    if steps is not None and not (isinstance(x, tf.data.Dataset) and int(x.cardinality()) == steps):
+        return "steps_per_epoch makes an epoch other than one pass over the input"
+    why = _why_input_replayed(tf, x, arguments.get("shuffle", True), "the training input")
     if why is None and arguments.get("validation_data") is not None:
         validation = arguments["validation_data"]
         validation = validation[0] if isinstance(validation, tuple) and not _is_array(tf, validation) else validation
@@ -50,7 +55,10 @@ def why_replayed(model: Any, params: dict[str, Any], arguments: dict[str, Any] |
 
 def _why_input_replayed(tf: Any, x: Any, shuffle: Any, what: str) -> str | None:
     if isinstance(x, tf.data.Dataset):
-        why = why_not_addressable(x)
+        try:
+            why = why_not_addressable(x)
+        except Exception as exc:  # a graph too large to serialise, say
+            return f"{what}: its graph could not be read ({type(exc).__name__})"
         return None if why is None else f"{what}: {why}"
     if _is_array(tf, x):
         if shuffle == "batch":
@@ -67,4 +75,5 @@ def _is_array(tf: Any, x: Any) -> bool:
         return len(x) > 0 and all(_is_array(tf, v) for v in x)
     if isinstance(x, dict):
         return len(x) > 0 and all(_is_array(tf, v) for v in x.values())
-    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, tf.data.Dataset)
+    composite = (tf.SparseTensor, tf.RaggedTensor, tf.data.Dataset)  # Keras 2 reshuffles composites with Dataset.shuffle
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, composite)

@@ -13,6 +13,7 @@ from typing import Any
 
 from tfrepro._version import __version__
 from tfrepro.checkpointing import kernel_random, model_state, resuming, storage
+from tfrepro.determinism import epochs as epochs_clock
 from tfrepro.determinism import seeding
 from tfrepro.errors import CheckpointError
 
@@ -229,6 +230,7 @@ class LoopCheckpoint:
 
         for epoch in range(epochs):
             arrive(epoch, 0)
+            epochs_clock.set_epoch(epoch)  # keyed draws (tfrepro.data) belong to this epoch, as under fit
             if steps_per_epoch is None or iterator is None:
                 iterator = iter(data)
             batch = 0

@@ -22,6 +22,7 @@ _RESHUFFLING = {"ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3", "Shuff
                 "ShuffleAndRepeatDatasetV2"}
 _RANDOM_DATASETS = {"RandomDataset", "RandomDatasetV2", "ExperimentalRandomDataset"}
 _PYTHON = {"PyFunc", "PyFuncStateless", "EagerPyFunc", "GeneratorDataset"}
+_CACHES = {"CacheDataset", "CacheDatasetV2", "SnapshotDataset", "SnapshotDatasetV2"}  # epoch 0's draws, kept
 _STATE_UPDATES = {"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "RngReadAndSkip", "RngSkip",
                   "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt", "StatefulStandardNormalV2",
                   "StatefulTruncatedNormal", "StatefulRandomBinomial", "ResourceScatterUpdate", "ResourceScatterAdd"}
@@ -43,6 +44,8 @@ def why_not_addressable(dataset: Any) -> str | None:
         attrs = node.attr
         if node.op in _PYTHON:
             return "it runs Python (a generator or py_function), which tfrepro cannot address"
+        if node.op in _CACHES:
+            return "a cache or snapshot keeps the first pass's elements, draws included"
         if node.op in _RESHUFFLING and ("reshuffle_each_iteration" not in attrs or attrs["reshuffle_each_iteration"].b):
             return "a Dataset.shuffle reshuffles each pass by how many passes came before (use tfrepro.data.shuffle)"
         if node.op in _RANDOM_DATASETS and "rerandomize_each_iteration" in attrs and attrs["rerandomize_each_iteration"].b:

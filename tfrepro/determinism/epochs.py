@@ -7,8 +7,9 @@ iterators: ``Model.fit`` sets it (tfrepro hooks Keras's ``CallbackList``: ``init
 ``on_train_begin``, E at ``on_epoch_begin(E)``, E + 1 at ``on_epoch_end(E)``); a custom training
 loop calls ``set_epoch(e)``, as with PyTorch's ``DistributedSampler.set_epoch``. A pass over a
 dataset reads it when its first element is made: tf.data iterators start when first pulled, which
-under ``fit`` is in that epoch's first step; a distributed iterator starts as it is made, after the
-previous epoch ended. Validation reads the epoch it validates. Nothing is created until a keyed
+under ``fit`` is in that epoch's first step. Validation reads the epoch it validates. Each ``fit``
+starts the clock at its ``initial_epoch``: fitting one epoch at a time needs ``initial_epoch`` to
+get a new epoch's draws each time. Nothing is created until a keyed
 draw asks for the clock.
 """
 
@@ -23,17 +24,18 @@ from tfrepro import _tf
 from tfrepro._import_hooks import call_after_import
 
 _clock: Any = None
-# Where each Keras defines CallbackList: Keras 3, tf_keras, and the Keras 2 of TF 2.12.
-_CALLBACK_LISTS = ("keras.src.callbacks.callback_list", "tf_keras.src.callbacks", "keras.callbacks")
+# Where each Keras defines CallbackList: Keras 3, tf_keras, the Keras 2 of TF 2.12 and of TF 2.13-2.15.
+_CALLBACK_LISTS = ("keras.src.callbacks.callback_list", "tf_keras.src.callbacks", "keras.callbacks",
+                   "keras.src.callbacks")
 _hooked = False
 
 
 def clock() -> Any:
-    """The epoch variable (created on first use, outside any ``tf.function`` or strategy)."""
+    """The epoch variable (created on first use, outside any ``tf.function``, on the CPU)."""
     global _clock
     if _clock is None:
         tf = _tf.import_tf()
-        with tf.init_scope():
+        with tf.init_scope(), tf.device("/CPU:0"):
             _clock = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfrepro_epoch")
         _follow_fit_epochs()
     return _clock

@@ -4,7 +4,7 @@ seed and the epoch.
 Keras builds the order of each pass over the arrays with ``tf.random.shuffle`` inside a tf.data
 map. Once TF's global seed is set, Keras 3 starts that op afresh on every epoch's iterator, so every
 epoch has the same order; Keras 2 draws the epochs' orders one after another from one op, so the
-order of epoch E depends on the E orders drawn before it. The rebinding is the smallest there is:
+order of epoch E depends on the E orders drawn before it. The rebinding is narrow:
 while Keras builds that pipeline (Keras 3's ``ArrayDataAdapter.get_tf_dataset``, Keras 2's
 ``TensorLikeDataAdapter.__init__``), ``tf.random.shuffle`` is a keyed permutation of the key
 (patch seed, "fit shuffle", epoch). Keras 3 makes one pass (one iterator) per epoch, after
@@ -29,10 +29,12 @@ from tfrepro._import_hooks import call_after_import
 from tfrepro.determinism import epochs, keys, state
 
 PURPOSE = "fit shuffle"
-# Keras 3; tf_keras; the Keras 2 of TF 2.12: the module, the class, the method that builds the pipeline.
+# Keras 3; tf_keras; the Keras 2 of TF 2.12 and of 2.13-2.15: the module, the class, the method that
+# builds the pipeline.
 _BUILDERS = (("keras.src.trainers.data_adapters.array_data_adapter", "ArrayDataAdapter", "get_tf_dataset"),
              ("tf_keras.src.engine.data_adapter", "TensorLikeDataAdapter", "__init__"),
-             ("keras.engine.data_adapter", "TensorLikeDataAdapter", "__init__"))
+             ("keras.engine.data_adapter", "TensorLikeDataAdapter", "__init__"),
+             ("keras.src.engine.data_adapter", "TensorLikeDataAdapter", "__init__"))  # the Keras 2 of TF 2.13-2.15
 _hooked = False
 
 

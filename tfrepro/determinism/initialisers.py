@@ -6,8 +6,10 @@ initialiser; Keras 2: the global generator), so adding one layer changes every l
 initial weights (TF #54442), and ablations compare different initialisations. Keyed, a weight made
 by ``Layer.add_weight`` with a random Keras initialiser (given as an instance or by name; the
 default ``glorot_uniform`` of a float weight too) gets a copy of it seeded with
-``derive_seed(seed, "init", layer name, weight name)`` (the weight's creation index within its
-layer when it has no name).
+``derive_seed(seed, "init", layer path, weight name)`` (the weight's creation index within its
+layer when it has no name). The layer path is Keras 3's name scope without its outermost model
+(``lstm/lstm_cell``, ``bidirectional/forward_lstm/lstm_cell``: cells and sublayers that share a name
+are told apart by their parents); on Keras 2, TF's name scope, which has the same parents.
 
 What is stable: every weight of a layer whose name is the same in both models; give layers names
 (``Dense(64, name="encoder_1")``) to keep their initial weights when layers are added, removed or
@@ -25,12 +27,14 @@ import inspect
 from types import ModuleType
 from typing import Any
 
+from tfrepro import _tf
 from tfrepro._import_hooks import call_after_import
 from tfrepro.determinism import seeding, state
 
 SCHEMES = ("order", "keyed")
 # Keras 3; tf_keras; the Keras 2 of TF 2.12: where Layer is defined.
-_LAYERS = ("keras.src.layers.layer", "tf_keras.src.engine.base_layer", "keras.engine.base_layer")
+_LAYERS = ("keras.src.layers.layer", "tf_keras.src.engine.base_layer", "keras.engine.base_layer",
+           "keras.src.engine.base_layer")  # the last: the Keras 2 of TF 2.13-2.15
 _hooked = False
 
 
@@ -56,7 +60,8 @@ def _rebind(module: ModuleType) -> None:
     if original is None or getattr(original, "_tfrepro_keyed", False):
         return
     signature = inspect.signature(original)
-    initializers = importlib.import_module(f"{module.__name__.split('.')[0]}.initializers")
+    root = importlib.import_module(module.__name__.split(".")[0])
+    initializers = importlib.import_module(f"{root.__name__}.initializers")
 
     @functools.wraps(original)
     def add_weight(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -64,16 +69,37 @@ def _rebind(module: ModuleType) -> None:
         if active is None or active.init != "keyed":
             return original(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
+        arguments = dict(bound.arguments)
+        positional = list(arguments.pop("args", ()))  # Keras 3: add_weight(shape, initializer, dtype) by position
+        arguments.update(zip(("shape", "initializer", "dtype"), positional))
         count = self.__dict__.get("_tfrepro_weights_added", 0)
         self.__dict__["_tfrepro_weights_added"] = count + 1
-        keyed = _keyed_initializer(initializers, bound.arguments, seeding.derive_seed(
-            active.seed, "init", self.name, bound.arguments.get("name") or f"#{count}"))
-        if keyed is not None:
+        keyed = _keyed_initializer(initializers, arguments, seeding.derive_seed(
+            active.seed, "init", _layer_path(root, self), arguments.get("name") or f"#{count}"))
+        if keyed is None:
+            return original(self, *args, **kwargs)
+        if len(positional) > 1:
+            positional[1] = keyed
+            bound.arguments["args"] = tuple(positional)
+        else:
             bound.arguments["initializer"] = keyed
         return original(*bound.args, **bound.kwargs)
 
     add_weight._tfrepro_keyed = True  # type: ignore[attr-defined]
     layer_class.add_weight = add_weight
+
+
+def _layer_path(keras: ModuleType, layer: Any) -> str:
+    """The names of the layers whose scope the weight is made in, less an outermost model (whose
+    automatic name counts the models made before)."""
+    try:
+        state = importlib.import_module(f"{keras.__name__}.src.backend.common.global_state")
+    except ImportError:  # Keras 2 builds a layer in TF's name scope of its parents, no model's among them
+        return _tf.import_tf().get_current_name_scope() or layer.name
+    stack = state.get_global_attribute("name_scope_stack") or []
+    if stack and isinstance(getattr(stack[0], "caller", None), keras.Model):
+        stack = stack[1:]
+    return "/".join(scope.name for scope in stack) or layer.name
 
 
 def _keyed_initializer(initializers: ModuleType, arguments: dict[str, Any], seed: int) -> Any:
