@@ -12,13 +12,18 @@ from collections.abc import Callable
 from typing import Any
 
 from tfrepro import _tf
-from tfrepro.determinism import epochs, keys
+from tfrepro.determinism import epochs, keys, seeding, state
 
 
-def check_epoch(epoch: int | None) -> int | None:
-    if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
-        raise ValueError(f"epoch must be a non-negative int, or None for the training epoch; got {epoch!r}")
-    return epoch
+def check_arguments(seed: int | None, epoch: int | None, what: str) -> int:
+    """``seed`` (default: the active ``tfrepro.patch`` seed), validated; ``epoch`` checked."""
+    if epoch is not None:
+        epochs.check_epoch(epoch, "or None for the training epoch")
+    if seed is None:
+        seed = state.active_seed()
+        if seed is None:
+            raise ValueError(f"{what} needs a seed: pass seed=S, or call tfrepro.patch(S) first")
+    return seeding.validate_seed(seed, "seed")
 
 
 def keyed_pass(build: Callable[[Any], Any], seed: int, purpose: tuple[int | str, ...], epoch: int | None) -> Any:

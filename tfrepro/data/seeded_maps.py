@@ -16,7 +16,6 @@ from typing import Any
 
 from tfrepro import _tf
 from tfrepro.data import passes
-from tfrepro.determinism import seeding, state
 
 
 def _where_defined(fn: Callable[..., Any]) -> str:
@@ -62,15 +61,10 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
         raise TypeError(f"dataset must be a tf.data.Dataset; got {type(dataset).__name__}")
     if not callable(fn):
         raise TypeError(f"fn must be callable, as fn(*element, seed); got {type(fn).__name__}")
-    if seed is None:
-        seed = state.active_seed()
-        if seed is None:
-            raise ValueError("map_with_seed needs a seed: pass seed=S, or call tfrepro.patch(S) first")
-    seed = seeding.validate_seed(seed, "seed")
+    seed = passes.check_arguments(seed, epoch, "map_with_seed")
     if num_parallel_calls is not None and num_parallel_calls != tf.data.AUTOTUNE and (
             isinstance(num_parallel_calls, bool) or not isinstance(num_parallel_calls, int) or num_parallel_calls < 1):
         raise ValueError(f"num_parallel_calls must be a positive int or tf.data.AUTOTUNE; got {num_parallel_calls!r}")
-    passes.check_epoch(epoch)
     key = key if key is not None else _where_defined(fn)
     calls = tf.data.AUTOTUNE if num_parallel_calls is None else num_parallel_calls
 

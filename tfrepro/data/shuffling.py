@@ -6,7 +6,6 @@ from typing import Any
 
 from tfrepro import _tf
 from tfrepro.data import passes
-from tfrepro.determinism import seeding, state
 
 
 def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str = "shuffle",
@@ -34,8 +33,7 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
         raise TypeError(f"dataset must be a tf.data.Dataset; got {type(dataset).__name__}")
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
         raise ValueError(f"buffer_size must be a positive int; got {buffer_size!r}")
-    seed = _seed_or_patch_seed(seed, "shuffle")
-    passes.check_epoch(epoch)
+    seed = passes.check_arguments(seed, epoch, "shuffle")
 
     def one_pass(key: Any) -> Any:
         # Traced in the pass's function graph: its graph-level seed stands in for TF's global seed, so
@@ -51,11 +49,3 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
 
 
 _GRAPH_SEED = 87654321
-
-
-def _seed_or_patch_seed(seed: int | None, what: str) -> int:
-    if seed is None:
-        seed = state.active_seed()
-        if seed is None:
-            raise ValueError(f"{what} needs a seed: pass seed=S, or call tfrepro.patch(S) first")
-    return seeding.validate_seed(seed, "seed")

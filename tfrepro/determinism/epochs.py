@@ -50,9 +50,13 @@ def set_epoch(epoch: int) -> None:
     >>> tfrepro.data.current_epoch()
     3
     """
+    clock().assign(check_epoch(epoch))
+
+
+def check_epoch(epoch: object, alternative: str = "") -> int:
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-        raise ValueError(f"epoch must be a non-negative int; got {epoch!r}")
-    clock().assign(epoch)
+        raise ValueError(f"epoch must be a non-negative int{', ' + alternative if alternative else ''}; got {epoch!r}")
+    return epoch
 
 
 def current_epoch() -> int:
