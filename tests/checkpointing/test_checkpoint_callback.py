@@ -210,11 +210,14 @@ def test_cli_reports_a_checkpoint_of_another_model_in_one_line(tmp_path):
     assert "model variable 0: checkpoint" in proc.stderr
 
 
-def test_a_resume_of_keyed_input_draws_no_earlier_epoch_and_says_so(tmp_path, keras, caplog, monkeypatch):
+@pytest.mark.parametrize("loop", ["started at the checkpoint's epoch", "through the earlier epochs"])
+def test_a_resume_of_keyed_input_draws_no_earlier_epoch_and_says_so(tmp_path, keras, caplog, monkeypatch, loop):
     """Input keyed by the epoch (tfrepro.data.shuffle, map_with_seed): resuming at epoch 3 of 4 draws
-    and validates epoch 3 only, and ends on the uninterrupted run's bits. The elements drawn are
-    counted by a py_function, which the input scan rightly refuses (Python may hold state): the
-    scan is checked without the probe, and told to pass the probe."""
+    and validates epoch 3 only, and ends on the uninterrupted run's bits: with fit's loop started at
+    epoch 3 (through Keras's BackupAndRestore hook), and where that hook is missing, going through
+    the earlier epochs without drawing. The elements drawn are counted by a py_function, which the
+    input scan rightly refuses (Python may hold state): the scan is checked without the probe, and
+    told to pass the probe."""
     import logging
 
     import tensorflow as tf
@@ -225,7 +228,12 @@ def test_a_resume_of_keyed_input_draws_no_earlier_epoch_and_says_so(tmp_path, ke
 
     x = np.linspace(0, 1, 64 * 4, dtype="float32").reshape(64, 4)
     y = (x.sum(axis=1) > 2).astype("int64")
-    drawn = []
+    drawn, epochs_begun = [], []
+
+    class Watched(tfrepro.ReproCheckpoint):
+        def on_epoch_begin(self, epoch, logs=None):
+            epochs_begun.append(epoch)
+            super().on_epoch_begin(epoch, logs)
 
     def noisy(features, label, seed):
         features = tf.py_function(lambda v: drawn.append(1) or v, [features], tf.float32)
@@ -238,7 +246,7 @@ def test_a_resume_of_keyed_input_draws_no_earlier_epoch_and_says_so(tmp_path, ke
             validation = tfrepro.data.map_with_seed(tf.data.Dataset.from_tensor_slices((x, y)), noisy, key="val").batch(32)
             trained = model(keras)
             trained.fit(train, epochs=epochs, verbose=0, validation_data=validation,
-                        callbacks=[tfrepro.ReproCheckpoint(folder, keep=20)])
+                        callbacks=[Watched(folder, keep=20)])
         return trained
 
     with tfrepro.patched(3):
@@ -247,16 +255,22 @@ def test_a_resume_of_keyed_input_draws_no_earlier_epoch_and_says_so(tmp_path, ke
         assert why_not_addressable(keyed.batch(8)) is None
         assert "runs Python" in why_not_addressable(keyed.map(lambda f, label: (tf.py_function(tf.identity, [f], tf.float32), label)))
     monkeypatch.setattr(input_position, "why_not_addressable", lambda dataset: None)
+    if loop == "through the earlier epochs":
+        monkeypatch.setattr(input_position, "start_fit_at", lambda model, epoch, arguments: None)
     whole = run(tmp_path / "whole")
     assert len(drawn) == 4 * (64 + 64)  # 4 epochs of training and validation
     shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
     storage.list_checkpoints(tmp_path / "resumed")[-1].unlink()  # the newest left: the end of epoch 3
     drawn.clear()
+    epochs_begun.clear()
     with caplog.at_level(logging.INFO, logger="tfrepro.checkpointing"):
         resumed = run(tmp_path / "resumed")
     assert len(drawn) == 64 + 64  # epoch 3 only: no earlier epoch replayed, none validated again
     assert weights_bytes(resumed) == weights_bytes(whole)
     assert "epoch 3's input drawn directly, no earlier epoch replayed" in caplog.text
+    assert epochs_begun == ([3] if loop == "started at the checkpoint's epoch" else [0, 1, 2, 3])
+    history = resumed.fit(x, y, epochs=1, verbose=0)  # the hook undone: a later fit starts at its own epoch
+    assert history.epoch == [0]
 
 
 def test_a_resume_of_input_that_cannot_be_addressed_replays_and_says_why(tmp_path, keras, caplog):

@@ -54,9 +54,9 @@ class ReproCheckpoint(keras.callbacks.Callback):
 
     **The input position.** Where the input can be addressed by epoch (arrays that ``fit`` shuffles
     under ``tfrepro.patch``, ``tfrepro.data.shuffle``, ``map_with_seed``, a ``Dataset.shuffle`` that
-    does not reshuffle; ``tfrepro.checkpointing.input_position`` says which), a resume goes through
-    the epochs before the checkpoint's without drawing a batch or validating, and draws that epoch as
-    itself; within it, the batches before the checkpoint's are drawn and dropped. Otherwise (a
+    does not reshuffle; ``tfrepro.checkpointing.input_position`` says which), a resume starts
+    ``fit``'s loop at the checkpoint's epoch, as Keras's ``BackupAndRestore`` does: the epochs before
+    it are not gone through, drawn or validated, and that epoch is drawn as itself; within it, the batches before the checkpoint's are drawn and dropped. Otherwise (a
     reshuffling ``Dataset.shuffle``, generators, ``PyDataset``), it replays: every batch before the
     checkpoint's is drawn from the input and dropped, untrained, and replayed epochs are validated
     again. Either way the other callbacks are set aside (from ``on_train_begin`` on: no progress bar
@@ -174,6 +174,7 @@ class _Run:
         self.original_train_function: Any = None
         self.replayed_because: str | None = None  # None: a resume skips the epochs before the checkpoint's
         self.original_evaluate: Any = None
+        self.undo_start: Any = None  # undoes start_fit_at, as the first epoch begins
 
     # fit begins ----------------------------------------------------------------------------------
     def begin(self, logs: dict | None) -> None:
@@ -183,10 +184,12 @@ class _Run:
             self._resume(self.stored)
             self._set_aside(logs)
             if not self.finished and self.target[0] > 0:
-                self.replayed_because = input_position.why_replayed(
-                    self.model, self.owner.params, input_position.fit_arguments())
+                arguments = input_position.fit_arguments()
+                self.replayed_because = input_position.why_replayed(self.model, self.owner.params, arguments)
                 if self.replayed_because is None:
-                    self._skip_validation_before_the_target()
+                    self.undo_start = input_position.start_fit_at(self.model, self.target[0], arguments)
+                    if self.undo_start is None:  # fit goes through the earlier epochs: validate none
+                        self._skip_validation_before_the_target()
         train_function = self.model.train_function
         while isinstance(getattr(train_function, "__self__", None), _Run):  # left by a fit that raised
             train_function = train_function.__self__.original_train_function
@@ -273,6 +276,9 @@ class _Run:
         self.model.evaluate = skipped_or_evaluated
 
     def epoch_begin(self, epoch: int) -> None:
+        if self.undo_start is not None:
+            self.undo_start()
+            self.undo_start = None
         self.epoch, self.batch = epoch, 0
 
     def batch_begin(self, batch: int) -> None:
@@ -435,6 +441,9 @@ class _Run:
         log.debug("tfrepro: checkpoint %s", path)
 
     def end(self) -> None:
+        if self.undo_start is not None:  # no epoch began
+            self.undo_start()
+            self.undo_start = None
         if self.model.train_function == self._train_function:
             self.model.train_function = self.original_train_function
         if "evaluate" in self.model.__dict__:

@@ -1,9 +1,11 @@
 """How a resume reaches the checkpoint's input position: directly, when the input can be addressed
 by epoch, or by replaying the batches before it.
 
-Directly (``why_replayed`` is None): the epochs before the checkpoint's are neither drawn nor
-validated; ``fit`` goes through them without pulling a batch, and the checkpoint's epoch is drawn
-as itself (its keyed draws depend on the epoch, not on the passes before). Inside that epoch, the
+Directly (``why_replayed`` is None): ``fit``'s loop starts at the checkpoint's epoch
+(``start_fit_at``: through the hook Keras's own ``BackupAndRestore`` uses), so the epochs before it
+are neither drawn nor validated and no iterator is made for them; the checkpoint's epoch is drawn as
+itself (its keyed draws depend on the epoch, not on the passes before). Where that hook is missing,
+``fit`` goes through the earlier epochs without pulling a batch. Inside the checkpoint's epoch, the
 batches before the checkpoint's are drawn and dropped. The cost of a resume is then at most one
 epoch's input, however far the run got.
 """
@@ -11,6 +13,7 @@ epoch's input, however far the run got.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from tfrepro import _tf
@@ -28,6 +31,42 @@ def fit_arguments(depth: int = 12) -> dict[str, Any] | None:
             return dict(frame.f_locals)
         frame = frame.f_back
     return None
+
+
+def start_fit_at(model: Any, epoch: int, arguments: dict[str, Any]) -> Callable[[], None] | None:
+    """Make the ``fit`` now in ``on_train_begin`` begin its epoch loop at ``epoch``, as Keras's
+    ``BackupAndRestore`` does (Keras 3: ``model._initial_epoch``; Keras 2: ``model._training_state``,
+    read once, right after ``on_train_begin``). Returns what undoes it, to be called as the first
+    epoch begins; None where this Keras has no such hook (or another callback holds it)."""
+    if epoch <= int(arguments.get("initial_epoch") or 0):
+        return None
+    if _tf.keras_major(_tf.keras_module()) >= 3:
+        if not hasattr(model, "_initial_epoch"):
+            return None
+        saved = model._initial_epoch
+        model._initial_epoch = max(epoch, saved or 0)
+        return lambda: setattr(model, "_initial_epoch", saved)
+    if getattr(model, "_training_state", False) is not None:  # missing, or BackupAndRestore's
+        return None
+    start = model._training_state = _StartAt(model, epoch)
+    return start.undo
+
+
+class _StartAt:
+    """What Keras 2's ``fit`` asks, after ``on_train_begin``, for the (epoch, step) to begin at; it
+    asks once, and the answer undoes the question."""
+
+    def __init__(self, model: Any, epoch: int):
+        self.model, self.epoch = model, epoch
+
+    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch: Any, initial_epoch: int,
+                                              mode: Any = None) -> tuple[int, int]:
+        self.undo()
+        return self.epoch, 0
+
+    def undo(self) -> None:
+        if getattr(self.model, "_training_state", None) is self:
+            self.model._training_state = None
 
 
 def why_replayed(model: Any, params: dict[str, Any], arguments: dict[str, Any] | None) -> str | None:

@@ -27,18 +27,20 @@ def check_arguments(seed: int | None, epoch: int | None, what: str) -> int:
 
 
 def keyed_pass(build: Callable[[Any], Any], seed: int, purpose: tuple[int | str, ...], epoch: int | None) -> Any:
-    """A dataset whose every pass is ``build(key)``, ``key`` the pass's ``[2]`` int64 key, computed
-    when the pass's first element is pulled (traced in a function graph, whether the epoch is the
-    clock's or given). One function per pass: a new iterator instantiates every function of its
+    """A dataset whose every pass is ``build(key)``, ``key`` the pass's ``[2]`` int64 key (see
+    ``pass_key``). One function per pass: a new iterator instantiates every function of its
     pipeline, and that cost is paid once per epoch."""
+    return pass_key(seed, purpose, epoch).flat_map(build)
+
+
+def pass_key(seed: int, purpose: tuple[int | str, ...], epoch: int | None) -> Any:
+    """A dataset of one element, the pass's ``[2]`` int64 key, computed when it is pulled: from the
+    epoch clock's ``records`` (never a variable read, which would make the whole pipeline sequential
+    under op determinism), or from a fixed ``epoch``."""
     tf = _tf.import_tf()
     base = _base_key(tf, seed, purpose)
-    clock = epochs.clock() if epoch is None else None
-
-    def one_pass(_: Any) -> Any:
-        return build(keys.fold_in(base, clock.read_value() if clock is not None else epoch))
-
-    return tf.data.Dataset.range(1).flat_map(one_pass)
+    epoch_now = epochs.records() if epoch is None else tf.data.Dataset.from_tensors(tf.constant(epoch, tf.int64))
+    return epoch_now.map(lambda e: keys.fold_in(base, e))
 
 
 def element_seeds(seed: int, purpose: tuple[int | str, ...], epoch: int | None, count: int | None = None) -> Any:
@@ -51,9 +53,10 @@ def element_seeds(seed: int, purpose: tuple[int | str, ...], epoch: int | None, 
         index = start + tf.range(size, dtype=tf.int64)
         return key + tf.stack([tf.zeros_like(index), index], axis=1)
 
+    if count is not None:
+        return pass_key(seed, purpose, epoch).map(lambda key: seeds(key, tf.constant(0, tf.int64), count)).unbatch()
+
     def one_pass(key: Any) -> Any:
-        if count is not None:
-            return tf.data.Dataset.from_tensor_slices(seeds(key, tf.constant(0, tf.int64), count))
         return tf.data.Dataset.range(0, 2**62, _BLOCK).map(lambda start: seeds(key, start, _BLOCK)).unbatch()
 
     return keyed_pass(one_pass, seed, purpose, epoch)

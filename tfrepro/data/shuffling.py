@@ -36,16 +36,15 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
     seed = passes.check_arguments(seed, epoch, "shuffle")
 
     def one_pass(key: Any) -> Any:
-        # Traced in the pass's function graph: its graph-level seed stands in for TF's global seed, so
-        # that the order depends on the key alone (and TF's seed pairing never compares a tensor).
-        graph = tf.compat.v1.get_default_graph()
-        saved, graph.seed = graph.seed, _GRAPH_SEED
-        try:
-            return dataset.shuffle(buffer_size, seed=key[1] % (2**31 - 1), reshuffle_each_iteration=False)
-        finally:
-            graph.seed = saved
+        # TF's first shuffle op: seeded by two tensors, with no seed-generator resource. The
+        # resource of ``Dataset.shuffle``'s later ops is state in a tf.data function, for which TF's
+        # make_deterministic rewrite makes every parallel map and prefetch of the pipeline sequential
+        # under op determinism. Seeds (0, 0) would mean "random": never both zero.
+        seed = tf.where(tf.reduce_all(key == 0), tf.constant(1, tf.int64), key[0])
+        variant = tf.raw_ops.ShuffleDataset(
+            input_dataset=dataset._variant_tensor, buffer_size=tf.constant(buffer_size, tf.int64), seed=seed,
+            seed2=key[1], reshuffle_each_iteration=False, **dataset._flat_structure)
+        return tf.data.experimental.from_variant(variant, dataset.element_spec)
 
     return passes.with_cardinality_of(dataset, passes.keyed_pass(one_pass, seed, ("shuffle", key), epoch))
 
-
-_GRAPH_SEED = 87654321

@@ -2,8 +2,7 @@
 
 Keyed draws (``fit``'s shuffle of arrays under ``patch``, ``tfrepro.data.shuffle``,
 ``tfrepro.data.map_with_seed``) are stateless functions of a seed, what the draw is for, the epoch
-and the element. The epoch is read from one process-wide ``int64`` variable, never from a count of
-iterators: ``Model.fit`` sets it (tfrepro hooks Keras's ``CallbackList``: ``initial_epoch`` at
+and the element. The epoch is one process-wide value, never a count of iterators: ``Model.fit`` sets it (tfrepro hooks Keras's ``CallbackList``: ``initial_epoch`` at
 ``on_train_begin``, E at ``on_epoch_begin(E)``, E + 1 at ``on_epoch_end(E)``); a custom training
 loop calls ``set_epoch(e)``, as with PyTorch's ``DistributedSampler.set_epoch``. A pass over a
 dataset reads it when its first element is made: tf.data iterators start when first pulled, which
@@ -11,11 +10,18 @@ under ``fit`` is in that epoch's first step. Validation reads the epoch it valid
 starts the clock at its ``initial_epoch``: fitting one epoch at a time needs ``initial_epoch`` to
 get a new epoch's draws each time. Nothing is created until a keyed
 draw asks for the clock.
+
+tf.data pipelines read it from a file in TF's in-memory file system (``records``), not from a
+variable: under op determinism, TF's ``make_deterministic`` rewrite turns every parallel ``map``,
+``interleave`` and ``prefetch`` of a pipeline sequential once any of its functions reads a variable
+(which another thread could write meanwhile), whereas reading files is deterministic by TF's own
+rule. A variable read would make a whole augmentation pipeline serial under ``patch``.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from types import ModuleType
 from typing import Any
@@ -24,6 +30,7 @@ from tfrepro import _tf
 from tfrepro._import_hooks import call_after_import
 
 _clock: Any = None
+_records_path: str | None = None
 # Where each Keras defines CallbackList: Keras 3, tf_keras, the Keras 2 of TF 2.12 and of TF 2.13-2.15.
 _CALLBACK_LISTS = ("keras.src.callbacks.callback_list", "tf_keras.src.callbacks", "keras.callbacks",
                    "keras.src.callbacks")
@@ -37,8 +44,31 @@ def clock() -> Any:
         tf = _tf.import_tf()
         with tf.init_scope(), tf.device("/CPU:0"):
             _clock = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfrepro_epoch")
+        _set(0)
         _follow_fit_epochs()
     return _clock
+
+
+def records() -> Any:
+    """A dataset of one element: the epoch (``int64``) when the element is pulled (a pass reads it
+    when its first element is made), not when the dataset or its iterator is made."""
+    tf = _tf.import_tf()
+    clock()
+    return tf.data.FixedLengthRecordDataset(_records_path, 8).map(lambda record: tf.io.decode_raw(record, tf.int64)[0])
+
+
+def _set(epoch: int) -> None:
+    global _records_path
+    tf = _tf.import_tf()
+    clock().assign(epoch)
+    if _records_path is None:
+        folder = f"ram://tfrepro-epoch-{os.getpid()}-{id(_clock)}"
+        tf.io.gfile.makedirs(folder)
+        _records_path = f"{folder}/epoch"
+    written = f"{_records_path}.new"
+    with tf.io.gfile.GFile(written, "wb") as f:
+        f.write(int(epoch).to_bytes(8, "little", signed=True))
+    tf.io.gfile.rename(written, _records_path, overwrite=True)  # a reader sees the old epoch or the new
 
 
 def set_epoch(epoch: int) -> None:
@@ -50,7 +80,7 @@ def set_epoch(epoch: int) -> None:
     >>> tfrepro.data.current_epoch()
     3
     """
-    clock().assign(check_epoch(epoch))
+    _set(check_epoch(epoch))
 
 
 def check_epoch(epoch: object, alternative: str = "") -> int:
@@ -104,7 +134,7 @@ def _set_clock_before(callback_list: type, name: str, epoch_of: Any) -> None:
     def hook(self: Any, *args: Any, **kwargs: Any) -> Any:
         epoch = epoch_of(self, *args, **kwargs)
         if epoch is not None:
-            clock().assign(int(epoch))
+            _set(int(epoch))
         return original(self, *args, **kwargs)
 
     hook._tfrepro_sets_epoch = True  # type: ignore[attr-defined]

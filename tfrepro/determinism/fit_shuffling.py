@@ -62,14 +62,44 @@ def _rebind(module: ModuleType, class_name: str, method: str) -> None:
         if seed is None or shuffle is not True:
             return original(self, *args, **kwargs)
         if method == "__init__":  # Keras 2: one iterator for all epochs, drawn ahead
-            epoch_of_pass = _counted_passes()
-        else:
-            epoch_of_pass = epochs.clock().read_value
-        with _keyed_tf_random_shuffle(seed, epoch_of_pass):
+            with _keyed_tf_random_shuffle(seed, _counted_passes()):
+                return original(self, *args, **kwargs)
+        with _epoch_as_the_pass_element(), _keyed_tf_random_shuffle(seed, _epoch_argument):
             return original(self, *args, **kwargs)
 
     build._tfrepro_keyed = True  # type: ignore[attr-defined]
     setattr(adapter, method, build)
+
+
+@contextlib.contextmanager
+def _epoch_as_the_pass_element() -> Iterator[None]:
+    """Keras 3 maps its order over ``tf.data.Dataset.range(1)``, one element per pass: meanwhile that
+    element is the epoch, read from the clock's ``records`` as the pass begins (a variable read in
+    the map would make TF run Keras's parallel map and prefetch sequentially under op determinism;
+    see ``epochs``)."""
+    tf = _tf.import_tf()
+    dataset = tf.data.Dataset
+    original = dataset.__dict__["range"]
+
+    def epoch_or_range(*args: Any, **kwargs: Any) -> Any:
+        return epochs.records() if args == (1,) and not kwargs else original.__func__(*args, **kwargs)
+
+    dataset.range = staticmethod(epoch_or_range)
+    try:
+        yield
+    finally:
+        dataset.range = original
+
+
+def _epoch_argument() -> Any:
+    """The epoch, where Keras 3 draws its order: the argument of the map function being traced (the
+    pass's element, see ``_epoch_as_the_pass_element``); the clock variable where there is none."""
+    tf = _tf.import_tf()
+    graph = tf.compat.v1.get_default_graph()
+    captured = {id(t) for t in getattr(graph, "internal_captures", ())}
+    arguments = [t for t in getattr(graph, "inputs", ()) if id(t) not in captured and t.dtype == tf.int64
+                 and t.shape.rank == 0] if getattr(graph, "building_function", False) else []
+    return arguments[0] if len(arguments) == 1 else epochs.clock().read_value()
 
 
 def _counted_passes() -> Callable[[], Any]:
