@@ -27,7 +27,10 @@ def pipeline(files):
     ds = tfrepro.data.map_with_seed(tfrepro.data.shuffle(ds, 64), lambda x, seed: x * 2, key="double")
     return ds.map(lambda x: x + 1, num_parallel_calls=4).batch(8).prefetch(2)
 
-for _ in pipeline(4):
+from tfrepro.data.addressing import why_not_addressable
+keyed = pipeline(4)  # the epoch clock first made inside interleave's function: no state update there
+assert why_not_addressable(keyed) is None, why_not_addressable(keyed)
+for _ in keyed:
     pass
 os.write(2, b"-- fit's shuffle of arrays --\\n")
 import numpy as np

@@ -188,8 +188,7 @@ class _Run:
                 self.replayed_because = input_position.why_replayed(self.model, self.owner.params, arguments)
                 if self.replayed_because is None:
                     self.undo_start = input_position.start_fit_at(self.model, self.target[0], arguments)
-                    if self.undo_start is None:  # fit goes through the earlier epochs: validate none
-                        self._skip_validation_before_the_target()
+                    self._skip_validation_before_the_target()  # where fit goes through the earlier epochs
         train_function = self.model.train_function
         while isinstance(getattr(train_function, "__self__", None), _Run):  # left by a fit that raised
             train_function = train_function.__self__.original_train_function

@@ -18,7 +18,7 @@ from typing import Any
 
 from tfrepro import _tf
 from tfrepro.data.addressing import why_not_addressable
-from tfrepro.determinism import state
+from tfrepro.determinism import epochs, state
 
 
 def fit_arguments(depth: int = 12) -> dict[str, Any] | None:
@@ -43,12 +43,15 @@ def start_fit_at(model: Any, epoch: int, arguments: dict[str, Any]) -> Callable[
     if _tf.keras_major(_tf.keras_module()) >= 3:
         if not hasattr(model, "_initial_epoch"):
             return None
-        saved = model._initial_epoch
-        model._initial_epoch = max(epoch, saved or 0)
-        return lambda: setattr(model, "_initial_epoch", saved)
+        if model._initial_epoch is not None:  # BackupAndRestore's
+            return None
+        model._initial_epoch = epoch
+        epochs.set_epoch(epoch)
+        return lambda: setattr(model, "_initial_epoch", None)
     if getattr(model, "_training_state", False) is not None:  # missing, or BackupAndRestore's
         return None
     start = model._training_state = _StartAt(model, epoch)
+    epochs.set_epoch(epoch)  # Keras 2 makes the epoch's iterator before on_epoch_begin
     return start.undo
 
 
@@ -63,6 +66,10 @@ class _StartAt:
                                               mode: Any = None) -> tuple[int, int]:
         self.undo()
         return self.epoch, 0
+
+    def maybe_load_initial_epoch_from_ckpt(self, initial_epoch: int, mode: Any = None) -> int:  # graph-mode fit
+        self.undo()
+        return self.epoch
 
     def undo(self) -> None:
         if getattr(self.model, "_training_state", None) is self:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -42,10 +43,10 @@ def clock() -> Any:
     global _clock
     if _clock is None:
         tf = _tf.import_tf()
-        with tf.init_scope(), tf.device("/CPU:0"):
+        with tf.init_scope(), tf.device("/CPU:0"):  # also when first asked for inside a tf.data function
             _clock = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfrepro_epoch")
-        _set(0)
-        _follow_fit_epochs()
+            _follow_fit_epochs()
+            _set(0)
     return _clock
 
 
@@ -65,7 +66,7 @@ def _set(epoch: int) -> None:
         folder = f"ram://tfrepro-epoch-{os.getpid()}-{id(_clock)}"
         tf.io.gfile.makedirs(folder)
         _records_path = f"{folder}/epoch"
-    written = f"{_records_path}.new"
+    written = f"{_records_path}.{threading.get_ident()}.new"
     with tf.io.gfile.GFile(written, "wb") as f:
         f.write(int(epoch).to_bytes(8, "little", signed=True))
     tf.io.gfile.rename(written, _records_path, overwrite=True)  # a reader sees the old epoch or the new

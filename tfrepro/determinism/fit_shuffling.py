@@ -64,7 +64,7 @@ def _rebind(module: ModuleType, class_name: str, method: str) -> None:
         if method == "__init__":  # Keras 2: one iterator for all epochs, drawn ahead
             with _keyed_tf_random_shuffle(seed, _counted_passes()):
                 return original(self, *args, **kwargs)
-        with _epoch_as_the_pass_element(), _keyed_tf_random_shuffle(seed, _epoch_argument):
+        with _epoch_as_the_pass_element() as swapped, _keyed_tf_random_shuffle(seed, lambda: _epoch_argument(swapped)):
             return original(self, *args, **kwargs)
 
     build._tfrepro_keyed = True  # type: ignore[attr-defined]
@@ -72,7 +72,7 @@ def _rebind(module: ModuleType, class_name: str, method: str) -> None:
 
 
 @contextlib.contextmanager
-def _epoch_as_the_pass_element() -> Iterator[None]:
+def _epoch_as_the_pass_element() -> Iterator[list[bool]]:
     """Keras 3 maps its order over ``tf.data.Dataset.range(1)``, one element per pass: meanwhile that
     element is the epoch, read from the clock's ``records`` as the pass begins (a variable read in
     the map would make TF run Keras's parallel map and prefetch sequentially under op determinism;
@@ -80,21 +80,28 @@ def _epoch_as_the_pass_element() -> Iterator[None]:
     tf = _tf.import_tf()
     dataset = tf.data.Dataset
     original = dataset.__dict__["range"]
+    swapped: list[bool] = []  # non-empty once Keras's range(1) was the epoch
 
     def epoch_or_range(*args: Any, **kwargs: Any) -> Any:
-        return epochs.records() if args == (1,) and not kwargs else original.__func__(*args, **kwargs)
+        if args == (1,) and not kwargs:
+            swapped.append(True)
+            return epochs.records()
+        return original.__func__(*args, **kwargs)
 
     dataset.range = staticmethod(epoch_or_range)
     try:
-        yield
+        yield swapped
     finally:
         dataset.range = original
 
 
-def _epoch_argument() -> Any:
+def _epoch_argument(swapped: list[bool]) -> Any:
     """The epoch, where Keras 3 draws its order: the argument of the map function being traced (the
-    pass's element, see ``_epoch_as_the_pass_element``); the clock variable where there is none."""
+    pass's element, see ``_epoch_as_the_pass_element``); the clock variable where Keras built its
+    pass otherwise (slower under op determinism, but right)."""
     tf = _tf.import_tf()
+    if not swapped:
+        return epochs.clock().read_value()
     graph = tf.compat.v1.get_default_graph()
     captured = {id(t) for t in getattr(graph, "internal_captures", ())}
     arguments = [t for t in getattr(graph, "inputs", ()) if id(t) not in captured and t.dtype == tf.int64
