@@ -55,16 +55,17 @@ class ReproCheckpoint(keras.callbacks.Callback):
     **The input position.** Where the input can be addressed by epoch (arrays that ``fit`` shuffles
     under ``tfrepro.patch``, ``tfrepro.data.shuffle``, ``map_with_seed``, a ``Dataset.shuffle`` that
     does not reshuffle; ``tfrepro.checkpointing.input_position`` says which), a resume starts
-    ``fit``'s loop at the checkpoint's epoch, as Keras's ``BackupAndRestore`` does: the epochs before
-    it are not gone through, drawn or validated, and that epoch is drawn as itself; within it, the batches before the checkpoint's are drawn and dropped. Otherwise (a
-    reshuffling ``Dataset.shuffle``, generators, ``PyDataset``), it replays: every batch before the
-    checkpoint's is drawn from the input and dropped, untrained, and replayed epochs are validated
-    again. Either way the other callbacks are set aside (from ``on_train_begin`` on: no progress bar
-    of a skipped epoch) and rejoin at the checkpoint's batch, their state restored, and whatever was
-    drawn meanwhile (building the metrics calls the model in inference mode; replayed validation
-    runs it) is undone there: the model's variables and every RNG are set to the checkpoint's again.
-    The resume's log line says which it did, and why it replayed. No training step runs twice; a
-    direct resume costs at most one epoch of input however far the run got.
+    ``fit``'s loop at the checkpoint's epoch, as Keras's ``BackupAndRestore`` does: the epochs
+    before it are not gone through, drawn or validated, and that epoch is drawn as itself; within
+    it, the batches before the checkpoint's are drawn and dropped. Otherwise (a reshuffling
+    ``Dataset.shuffle``, generators, ``PyDataset``), it replays: every batch before the checkpoint's
+    is drawn from the input and dropped, untrained, and replayed epochs are validated again. Either
+    way the other callbacks are set aside (from ``on_train_begin`` on: no progress bar of a skipped
+    epoch) and rejoin at the checkpoint's batch, their state restored, and whatever was drawn
+    meanwhile (building the metrics calls the model in inference mode; replayed validation runs it)
+    is undone there: the model's variables and every RNG are set to the checkpoint's again. The
+    resume's log line says which it did, and why it replayed. No training step runs twice; a direct
+    resume costs at most one epoch of input however far the run got.
 
     Args:
         directory: where the checkpoints live (created if needed). One folder per ``fit``.

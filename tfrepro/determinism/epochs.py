@@ -2,14 +2,14 @@
 
 Keyed draws (``fit``'s shuffle of arrays under ``patch``, ``tfrepro.data.shuffle``,
 ``tfrepro.data.map_with_seed``) are stateless functions of a seed, what the draw is for, the epoch
-and the element. The epoch is one process-wide value, never a count of iterators: ``Model.fit`` sets it (tfrepro hooks Keras's ``CallbackList``: ``initial_epoch`` at
-``on_train_begin``, E at ``on_epoch_begin(E)``, E + 1 at ``on_epoch_end(E)``); a custom training
-loop calls ``set_epoch(e)``, as with PyTorch's ``DistributedSampler.set_epoch``. A pass over a
-dataset reads it when its first element is made: tf.data iterators start when first pulled, which
-under ``fit`` is in that epoch's first step. Validation reads the epoch it validates. Each ``fit``
-starts the clock at its ``initial_epoch``: fitting one epoch at a time needs ``initial_epoch`` to
-get a new epoch's draws each time. Nothing is created until a keyed
-draw asks for the clock.
+and the element. The epoch is one process-wide value, never a count of iterators: ``Model.fit`` sets
+it (tfrepro hooks Keras's ``CallbackList``: ``initial_epoch`` at ``on_train_begin``, E at
+``on_epoch_begin(E)``, E + 1 at ``on_epoch_end(E)``); a custom training loop calls ``set_epoch(e)``,
+as with PyTorch's ``DistributedSampler.set_epoch``. A pass over a dataset reads it when its first
+element is made: tf.data iterators start when first pulled, which under ``fit`` is in that epoch's
+first step. Validation reads the epoch it validates. Each ``fit`` starts the clock at its
+``initial_epoch``: fitting one epoch at a time needs ``initial_epoch`` to get a new epoch's draws
+each time. Nothing is created until a keyed draw asks for the clock.
 
 tf.data pipelines read it from a file in TF's in-memory file system (``records``), not from a
 variable: under op determinism, TF's ``make_deterministic`` rewrite turns every parallel ``map``,
