@@ -1,15 +1,18 @@
 """Random augmentation in a parallel tf.data map, with and without determinism, on CPU.
 
 The pipeline of the tutorials on 32x32x3 images (random flip, a random shift of up to 4 pixels,
-random brightness), batched by 128, --images per epoch, the fastest of 3 epochs timed after a
+random brightness), batched by 128, --images per epoch: the fastest of 5 epochs timed after a
 warm-up epoch (this 2-core machine's noise is about 0.3x on one epoch), in fresh processes (op
-determinism cannot be turned off for tf.data once on), median of --rounds:
+determinism cannot be turned off for tf.data once on), median of --rounds, the arms interleaved:
   stateful parallel    tf.image.random_* in map(num_parallel_calls=AUTOTUNE), no determinism (the
                        fast baseline; each run augments differently)
   stateful, patched    the same map under tfrepro.patch(): TensorFlow runs it serially
   stateless, one seed  the same stateless function in a plain parallel map, every image given one
                        fixed seed: what TF's stateless image ops cost, without map_with_seed
-  map_with_seed        tfrepro.data.map_with_seed per image with tf.image.stateless_random_*
+  map_with_seed        tfrepro.data.map_with_seed per image with tf.image.stateless_random_* (in
+                       blocks of 8 per call, its default for small static-shaped elements)
+  map_with_seed block=1
+                       the same, one image per call
   map_with_seed batch  map_with_seed on batches with tfrepro.data's per-image batch augmentations
 Goal: map_with_seed within 10% of the stateful parallel map. Run per core count with --cores
 (taskset). Not a test: nothing is asserted.
@@ -67,20 +70,23 @@ elif arm == "stateless, one seed":
     pipeline = data.map(lambda image, label: stateless(image, label, one), num_parallel_calls=AUTOTUNE).batch(128)
 elif arm == "map_with_seed":
     pipeline = map_with_seed(data, stateless).batch(128)
+elif arm == "map_with_seed block=1":
+    pipeline = map_with_seed(data, stateless, block=1).batch(128)
 else:
     pipeline = map_with_seed(data.batch(128), batch_level)
 pipeline = pipeline.prefetch(AUTOTUNE)
 for _ in pipeline:
     pass
 times = []
-for _ in range(3):
+for _ in range(5):
     start = time.perf_counter()
     for _ in pipeline:
         pass
     times.append(time.perf_counter() - start)
 print(min(times))
 '''
-ARMS = ("stateful parallel", "stateful, patched", "stateless, one seed", "map_with_seed", "map_with_seed batch")
+ARMS = ("stateful parallel", "stateful, patched", "stateless, one seed", "map_with_seed", "map_with_seed block=1",
+        "map_with_seed batch")
 
 
 def main() -> None:

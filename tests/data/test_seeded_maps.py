@@ -103,6 +103,7 @@ def test_elements_tuples_dicts_and_the_default_seed(tf):
     ({"seed": None}, ValueError, "needs a seed"),
     ({"seed": -1}, ValueError, "seed must be an int"),
     ({"seed": 1, "num_parallel_calls": 0}, ValueError, "num_parallel_calls"),
+    ({"seed": 1, "block": 0}, ValueError, "block must be a positive int"),
 ])
 def test_bad_arguments_say_what_to_do(tf, kwargs, error, message):
     from tfrepro.data import map_with_seed
@@ -111,6 +112,71 @@ def test_bad_arguments_say_what_to_do(tf, kwargs, error, message):
         map_with_seed(tf.data.Dataset.range(3), lambda x, seed: x, **kwargs)
     with pytest.raises(TypeError, match="tf.data.Dataset"):
         map_with_seed([1, 2], lambda x, seed: x, seed=1)
+
+
+def _augment(tf, traced):
+    def augment(image, label, seed):  # the tutorials' per-image shape, with TF's stateless image ops
+        traced.append(1)
+        seeds = tf.random.experimental.stateless_split(seed, 3)
+        image = tf.image.stateless_random_flip_left_right(image, seeds[0])
+        image = tf.image.stateless_random_crop(tf.image.pad_to_bounding_box(image, 2, 2, 12, 12), [8, 8, 3], seeds[1])
+        return {"image": tf.image.stateless_random_brightness(image, 0.1, seeds[2]), "label": (label, label * 2)}
+
+    return augment
+
+
+def _pairs(tf, count):
+    images = tf.random.stateless_uniform([count, 8, 8, 3], [1, 2])
+    return tf.data.Dataset.from_tensor_slices((images, tf.range(count)))
+
+
+def _bits(dataset, tf):
+    return [leaf.numpy().tobytes() for element in dataset for leaf in tf.nest.flatten(element)]
+
+
+@pytest.mark.parametrize("pipeline", ["16 elements", "21 elements (a short last block)", "length unknown",
+                                      "interleaved, 3 files", "endless"])
+def test_blocks_of_elements_give_the_bits_of_one_element_per_call(tf, pipeline):
+    """Small static-shaped elements go through the map 8 per call (fn traced once per element of a
+    block); each element's result is the same bits as with one element per call."""
+    from tfrepro.data import map_with_seed
+
+    def build(block, traced):
+        augment = _augment(tf, traced)
+        if pipeline.startswith("interleaved"):
+            return tf.data.Dataset.range(3).interleave(
+                lambda file: map_with_seed(_pairs(tf, 13).map(lambda x, y: (x + tf.cast(file, tf.float32), y)),
+                                           augment, seed=4, key="aug", block=block), cycle_length=3)
+        data = {"16": _pairs(tf, 16), "21": _pairs(tf, 21), "length": _pairs(tf, 30).filter(lambda x, y: y % 3 > 0),
+                "endless": _pairs(tf, 12).repeat()}[pipeline.split()[0]]
+        mapped = map_with_seed(data, augment, seed=4, key="aug", block=block)
+        return mapped.take(40) if pipeline == "endless" else mapped
+
+    blocked, single = [], []
+    in_blocks, one_by_one = build(None, blocked), build(1, single)
+    assert in_blocks.element_spec == one_by_one.element_spec
+    assert tf.get_static_value(in_blocks.cardinality()) == tf.get_static_value(one_by_one.cardinality())
+    assert len(blocked) == len(single) + 8  # the blocks' function calls fn on 8 elements
+    first, second = _bits(in_blocks, tf), _bits(one_by_one, tf)
+    assert len(first) == len(second) > 0 and first == second
+
+
+def test_elements_that_cannot_be_stacked_go_one_per_call(tf):
+    from tfrepro.data import map_with_seed
+
+    def crop(image, label, seed):  # a random size: its results cannot be stacked
+        traced.append(1)
+        return image[:tf.random.stateless_uniform([], seed, 1, 8, tf.int32)], label
+
+    traced = []
+    data = map_with_seed(_pairs(tf, 10), crop, seed=1)
+    assert len(traced) == 2 and len({image.shape[0] for image, _ in data}) > 1
+    large = tf.data.Dataset.from_tensor_slices(tf.zeros([3, 80_000]))  # 320 kB per element
+    traced = []
+    assert len(list(map_with_seed(large, lambda x, seed: (traced.append(1), x)[1], seed=1))) == 3 and len(traced) == 1
+    with pytest.raises(ValueError, match="cannot map in blocks of 4: a result has a component that is not a tensor "
+                                         "of static shape.*pass block=1"):
+        map_with_seed(_pairs(tf, 10), crop, seed=1, block=4)
 
 
 def test_batch_augmentations_draw_per_image_and_repeat_with_the_seed(tf):

@@ -43,26 +43,31 @@ def pass_key(seed: int, purpose: tuple[int | str, ...], epoch: int | None) -> An
     return epoch_now.map(lambda e: keys.fold_in(base, e))
 
 
-def element_seeds(seed: int, purpose: tuple[int | str, ...], epoch: int | None, count: int | None = None) -> Any:
-    """A dataset of ``[2]`` int64 seeds: element ``i`` of a pass gets the pass's key plus ``[0, i]``.
-    Made vectorised: ``count`` of them at once when the pass's length is known, else endlessly in
-    blocks, so that an element costs the pipeline a slice, not ops of its own."""
+def element_seeds(seed: int, purpose: tuple[int | str, ...], epoch: int | None, count: int | None = None,
+                  block: int = 1) -> Any:
+    """A dataset of ``[2]`` int64 seeds: element ``i`` of a pass gets the pass's key plus ``[0, i]``;
+    with ``block > 1``, ``[block, 2]`` tensors of consecutive elements' seeds (the last one runs past
+    the pass). Made vectorised: for the whole pass at once when its length ``count`` is known, else
+    endlessly in runs of 1024, so that an element costs the pipeline a slice, not ops of its own."""
     tf = _tf.import_tf()
 
     def seeds(key: Any, start: Any, size: int) -> Any:
-        index = start + tf.range(size, dtype=tf.int64)
-        return key + tf.stack([tf.zeros_like(index), index], axis=1)
+        index = start + tf.range(size * block, dtype=tf.int64)
+        made = key + tf.stack([tf.zeros_like(index), index], axis=1)
+        return made if block == 1 else tf.reshape(made, [size, block, 2])
 
     if count is not None:
-        return pass_key(seed, purpose, epoch).map(lambda key: seeds(key, tf.constant(0, tf.int64), count)).unbatch()
+        blocks = -(-count // block)
+        return pass_key(seed, purpose, epoch).map(lambda key: seeds(key, tf.constant(0, tf.int64), blocks)).unbatch()
 
     def one_pass(key: Any) -> Any:
-        return tf.data.Dataset.range(0, 2**62, _BLOCK).map(lambda start: seeds(key, start, _BLOCK)).unbatch()
+        run = _RUN * block
+        return tf.data.Dataset.range(0, 2**62, run).map(lambda start: seeds(key, start, _RUN)).unbatch()
 
     return keyed_pass(one_pass, seed, purpose, epoch)
 
 
-_BLOCK = 1024
+_RUN = 1024
 
 
 def with_cardinality_of(dataset: Any, result: Any) -> Any:
