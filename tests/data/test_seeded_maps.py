@@ -135,7 +135,7 @@ def _bits(dataset, tf):
 
 
 @pytest.mark.parametrize("pipeline", ["16 elements", "21 elements (a short last block)", "length unknown",
-                                      "interleaved, 3 files", "endless"])
+                                      "interleaved, 3 files", "endless", "repeated, ending (TF says infinite)"])
 def test_blocks_of_elements_give_the_bits_of_one_element_per_call(tf, pipeline):
     """Small static-shaped elements go through the map 8 per call (fn traced once per element of a
     block); each element's result is the same bits as with one element per call."""
@@ -147,8 +147,13 @@ def test_blocks_of_elements_give_the_bits_of_one_element_per_call(tf, pipeline):
             return tf.data.Dataset.range(3).interleave(
                 lambda file: map_with_seed(_pairs(tf, 13).map(lambda x, y: (x + tf.cast(file, tf.float32), y)),
                                            augment, seed=4, key="aug", block=block), cycle_length=3)
-        data = {"16": _pairs(tf, 16), "21": _pairs(tf, 21), "length": _pairs(tf, 30).filter(lambda x, y: y % 3 > 0),
-                "endless": _pairs(tf, 12).repeat()}[pipeline.split()[0]]
+        if pipeline.startswith("repeated"):  # a one-shot generator: repeat() ends at its empty second pass
+            rows = iter(_pairs(tf, 13))
+            data = tf.data.Dataset.from_generator(lambda: rows, output_signature=_pairs(tf, 1).element_spec).repeat()
+            assert data.cardinality() == tf.data.INFINITE_CARDINALITY
+        else:
+            data = {"16": _pairs(tf, 16), "21": _pairs(tf, 21), "length": _pairs(tf, 30).filter(lambda x, y: y % 3 > 0),
+                    "endless": _pairs(tf, 12).repeat()}[pipeline.split()[0]]
         mapped = map_with_seed(data, augment, seed=4, key="aug", block=block)
         return mapped.take(40) if pipeline == "endless" else mapped
 
@@ -177,6 +182,14 @@ def test_elements_that_cannot_be_stacked_go_one_per_call(tf):
     with pytest.raises(ValueError, match="cannot map in blocks of 4: a result has a component that is not a tensor "
                                          "of static shape.*pass block=1"):
         map_with_seed(_pairs(tf, 10), crop, seed=1, block=4)
+
+    def listed(image, label, seed):  # tf.data stacks a list inside a result into one tensor
+        return image, [label, label + 1]
+
+    fallback = map_with_seed(_pairs(tf, 10), listed, seed=1)
+    assert _bits(fallback, tf) == _bits(map_with_seed(_pairs(tf, 10), listed, seed=1, block=1), tf)
+    with pytest.raises(ValueError, match="cannot map in blocks of 8: its results do not stack"):
+        map_with_seed(_pairs(tf, 10), listed, seed=1, block=8)
 
 
 def test_batch_augmentations_draw_per_image_and_repeat_with_the_seed(tf):

@@ -5,8 +5,8 @@ hand their numbers to elements in thread order (each run augments differently) o
 determinism, run serially (TF #62100, #39992). A stateless op keyed by a seed that travels with the
 element is both: deterministic and parallel. Element ``i`` of a pass gets the key of the pass (the
 seed, the map's key, the epoch: see ``passes``) plus ``[0, i]``, made for the whole pass in one
-tensor (in blocks when its length is unknown) and zipped in; any element's seed can be computed
-alone.
+tensor (in runs when its length is unknown) and zipped in; any element's seed can be computed
+alone. Small elements of static shape go through the map's function 8 at a time, each alone.
 """
 
 from __future__ import annotations
@@ -56,9 +56,11 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     Small elements are mapped ``block`` at a time (default: 8 when every element and result is a
     dense tensor of static shape, at most 256 KiB; else 1): one call of the map's function runs
     ``fn`` once per element of a block, on that element alone, so the results are the same bits
-    as one element per call, at a fraction of tf.data's cost per call. ``fn`` is traced once per
-    element of a block, and an error in one element fails its whole block (``ignore_errors()``
-    then drops the block). ``block=1`` maps one element per call.
+    as one element per call, at a fraction of tf.data's cost per call. ``fn`` is traced once for
+    its results' shapes and once per element of a block (9 times), so it must not depend on Python
+    state at trace time; an error in one element fails its whole block. ``block=1`` maps one
+    element per call: use it for a ``fn`` that may fail on some elements (``ignore_errors()`` after
+    the map), or that draws Python random numbers when traced.
 
     >>> import tensorflow as tf, tfrepro.data
     >>> flip = lambda image, seed: tf.image.stateless_random_flip_left_right(image, seed)
@@ -108,15 +110,20 @@ def _in_blocks(tf: Any, dataset: Any, call: Callable[[Any, Any], Any], seeds: Ca
     if why is not None:
         return why
     cardinality = tf.get_static_value(dataset.cardinality())
-    whole = cardinality == tf.data.INFINITE_CARDINALITY or (cardinality is not None and cardinality % size == 0)
+    # Padding is left out only for a known length that the blocks divide: a repeat() that TF calls
+    # infinite still ends when a pass of its input comes up empty.
+    whole = cardinality is not None and cardinality >= 0 and cardinality % size == 0
     if getattr(tf.compat.v1.get_default_graph(), "building_function", False):
         # In a tf.data function (interleave's), the cardinality ops stay in the graph, and tf.data's
         # map-and-batch fusion fails on a map with a consumer besides the batch: zip first.
         blocks = tf.data.Dataset.zip((dataset, seeds())).batch(size)
     else:
         blocks = tf.data.Dataset.zip((dataset.batch(size), seeds(block=size)))
-    mapped = blocks.map(_block_call(tf, call, size, whole, results), num_parallel_calls=calls,
-                        deterministic=True).unbatch()
+    try:
+        mapped = blocks.map(_block_call(tf, call, size, whole, results), num_parallel_calls=calls,
+                            deterministic=True).unbatch()
+    except (ValueError, TypeError) as error:  # results tf.data packs otherwise, e.g. a list inside a tuple
+        return f"its results do not stack as they are ({str(error).splitlines()[0]})"
     if mapped.element_spec != results:
         return f"its results come out of a block as {mapped.element_spec}, not {results}"
     return passes.with_cardinality_of(dataset, mapped)
