@@ -134,18 +134,19 @@ def _bits(dataset, tf):
     return [leaf.numpy().tobytes() for element in dataset for leaf in tf.nest.flatten(element)]
 
 
-@pytest.mark.parametrize("pipeline", ["16 elements", "21 elements (a short last block)", "length unknown",
-                                      "interleaved, 3 files", "endless", "repeated, ending (TF says infinite)"])
-def test_blocks_of_elements_give_the_bits_of_one_element_per_call(tf, pipeline):
-    """Small static-shaped elements go through the map 8 per call (fn traced once per element of a
-    block); each element's result is the same bits as with one element per call."""
+@pytest.mark.parametrize("pipeline, size", [("16 elements", 8), ("21 elements (blocks of 7)", 7),
+                                            ("length unknown (a short last block)", 8), ("interleaved, 3 files", 8),
+                                            ("endless", 8), ("repeated, ending (TF says infinite)", 8)])
+def test_blocks_of_elements_give_the_bits_of_one_element_per_call(tf, pipeline, size):
+    """Small static-shaped elements go through the map up to 8 per call (fn traced once per element
+    of a block); each element's result is the same bits as with one element per call."""
     from tfrepro.data import map_with_seed
 
     def build(block, traced):
         augment = _augment(tf, traced)
         if pipeline.startswith("interleaved"):
             return tf.data.Dataset.range(3).interleave(
-                lambda file: map_with_seed(_pairs(tf, 13).map(lambda x, y: (x + tf.cast(file, tf.float32), y)),
+                lambda file: map_with_seed(_pairs(tf, 16).map(lambda x, y: (x + tf.cast(file, tf.float32), y)),
                                            augment, seed=4, key="aug", block=block), cycle_length=3)
         if pipeline.startswith("repeated"):  # a one-shot generator: repeat() ends at its empty second pass
             rows = iter(_pairs(tf, 13))
@@ -161,9 +162,36 @@ def test_blocks_of_elements_give_the_bits_of_one_element_per_call(tf, pipeline):
     in_blocks, one_by_one = build(None, blocked), build(1, single)
     assert in_blocks.element_spec == one_by_one.element_spec
     assert tf.get_static_value(in_blocks.cardinality()) == tf.get_static_value(one_by_one.cardinality())
-    assert len(blocked) == len(single) + 8  # the blocks' function calls fn on 8 elements
+    assert len(blocked) == len(single) + size  # the blocks' function calls fn on each of a block's elements
     first, second = _bits(in_blocks, tf), _bits(one_by_one, tf)
     assert len(first) == len(second) > 0 and first == second
+
+
+def test_an_error_in_one_element_fails_its_block_and_ignore_errors_goes_on(tf):
+    """An element that fails takes its block (of 5, the largest size up to 8 that divides 20) with it,
+    and the pass ends (a length check after the blocks would fail at the end and, under
+    ignore_errors(), loop); block=1 loses it alone."""
+    import threading
+
+    from tfrepro.data import map_with_seed
+
+    def no_fives(value, seed):
+        tf.debugging.assert_none_equal(value, 5.0)
+        return value + tf.random.stateless_uniform([], seed)
+
+    values = tf.data.Dataset.from_tensor_slices(tf.range(20, dtype=tf.float32))
+    counted = {}
+
+    def count(block):
+        counted[block] = len(list(map_with_seed(values, no_fives, seed=1, block=block).ignore_errors()))
+
+    for block in (None, 1):
+        worker = threading.Thread(target=count, args=(block,), daemon=True)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), f"block={block}: the pass did not end"
+    assert counted == {None: 15, 1: 19}
+    assert map_with_seed(values, no_fives, seed=1).cardinality() == 20  # as for one element per call
 
 
 def test_elements_that_cannot_be_stacked_go_one_per_call(tf):
@@ -190,6 +218,8 @@ def test_elements_that_cannot_be_stacked_go_one_per_call(tf):
     assert _bits(fallback, tf) == _bits(map_with_seed(_pairs(tf, 10), listed, seed=1, block=1), tf)
     with pytest.raises(ValueError, match="cannot map in blocks of 8: its results do not stack"):
         map_with_seed(_pairs(tf, 10), listed, seed=1, block=8)
+    with pytest.raises(ValueError, match="no block size from 2 to 8 divides its length, 11"):
+        map_with_seed(_pairs(tf, 11), lambda image, label, seed: image, seed=1, block=8)
 
 
 def test_batch_augmentations_draw_per_image_and_repeat_with_the_seed(tf):

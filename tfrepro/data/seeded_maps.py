@@ -53,14 +53,14 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     only (stateful random ops in it would still run in thread order, or serially under op
     determinism). ``repeat()`` after the map starts passes ahead of training: put it before.
 
-    Small elements are mapped ``block`` at a time (default: 8 when every element and result is a
-    dense tensor of static shape, at most 256 KiB; else 1): one call of the map's function runs
-    ``fn`` once per element of a block, on that element alone, so the results are the same bits
-    as one element per call, at a fraction of tf.data's cost per call. ``fn`` is traced once for
-    its results' shapes and once per element of a block (9 times), so it must not depend on Python
-    state at trace time; an error in one element fails its whole block. ``block=1`` maps one
-    element per call: use it for a ``fn`` that may fail on some elements (``ignore_errors()`` after
-    the map), or that draws Python random numbers when traced.
+    Small elements are mapped up to ``block`` at a time (default: 8 when every element and result is
+    a dense tensor of static shape, at most 256 KiB; else 1). With a known length, blocks are of the
+    largest size up to that which divides it, so that the length stays known. One call of the map's
+    function runs ``fn`` once per element of a block, on that element alone, so the results are the
+    same bits as one element per call, at a fraction of tf.data's cost per call. ``fn`` is traced
+    once for its results' shapes and once per element of a block (9 times), so it must not depend on
+    Python state at trace time; an error in one element fails its whole block (``ignore_errors()``
+    after the map then drops the block). ``block=1`` maps one element per call.
 
     >>> import tensorflow as tf, tfrepro.data
     >>> flip = lambda image, seed: tf.image.stateless_random_flip_left_right(image, seed)
@@ -109,24 +109,30 @@ def _in_blocks(tf: Any, dataset: Any, call: Callable[[Any, Any], Any], seeds: Ca
     why = why or _why_not_in_blocks(tf, "a result", results, most_bytes)
     if why is not None:
         return why
-    cardinality = tf.get_static_value(dataset.cardinality())
-    # Padding is left out only for a known length that the blocks divide: a repeat() that TF calls
-    # infinite still ends when a pass of its input comes up empty.
-    whole = cardinality is not None and cardinality >= 0 and cardinality % size == 0
+    # With a known length, blocks of the largest size up to ``size`` that divides it: the length
+    # stays known, and an error that drops a block (ignore_errors()) drops no more than that. With
+    # an unknown (or infinite) length, a short last block repeats its last element, cut off after.
+    length = tf.get_static_value(dataset.cardinality())
+    known = length is not None and length >= 0
+    if known and length:
+        largest, size = size, max(d for d in range(1, size + 1) if length % d == 0)
+        if size == 1:
+            return f"no block size from 2 to {largest} divides its length, {length}"
     if getattr(tf.compat.v1.get_default_graph(), "building_function", False):
         # In a tf.data function (interleave's), the cardinality ops stay in the graph, and tf.data's
         # map-and-batch fusion fails on a map with a consumer besides the batch: zip first.
-        blocks = tf.data.Dataset.zip((dataset, seeds())).batch(size)
+        blocks = passes.with_cardinality_of(dataset, tf.data.Dataset.zip((dataset, seeds()))).batch(size)
     else:
-        blocks = tf.data.Dataset.zip((dataset.batch(size), seeds(block=size)))
+        batched = dataset.batch(size)
+        blocks = passes.with_cardinality_of(batched, tf.data.Dataset.zip((batched, seeds(block=size))))
     try:
-        mapped = blocks.map(_block_call(tf, call, size, whole, results), num_parallel_calls=calls,
+        mapped = blocks.map(_block_call(tf, call, size, not known, results), num_parallel_calls=calls,
                             deterministic=True).unbatch()
     except (ValueError, TypeError) as error:  # results tf.data packs otherwise, e.g. a list inside a tuple
         return f"its results do not stack as they are ({str(error).splitlines()[0]})"
     if mapped.element_spec != results:
         return f"its results come out of a block as {mapped.element_spec}, not {results}"
-    return passes.with_cardinality_of(dataset, mapped)
+    return mapped
 
 
 def _probe(tf: Any, call: Callable[[Any, Any], Any], elements: Any) -> Any:
@@ -139,19 +145,21 @@ def _probe(tf: Any, call: Callable[[Any, Any], Any], elements: Any) -> Any:
     return tf.data.Dataset.range(1).map(zeros).map(call).element_spec
 
 
-def _block_call(tf: Any, call: Callable[[Any, Any], Any], size: int, whole: bool, results: Any) -> Callable[..., Any]:
-    """The map function over ``size`` elements (a short last block unless ``whole``) and their
-    seeds: ``call`` on each element alone, the results stacked."""
+def _block_call(tf: Any, call: Callable[[Any, Any], Any], size: int, short: bool,
+                results: Any) -> Callable[..., Any]:
+    """The map function over ``size`` elements and their seeds: ``call`` on each element alone, the
+    results stacked. With ``short``, a block may be short: it repeats its last element, and the
+    repeats are cut off the results."""
     def call_block(elements: Any, seeds: Any) -> Any:
         flat = tf.nest.flatten(elements) + [seeds]
         length = tf.shape(flat[0])[0]
-        if not whole:  # a short block repeats its last element; the repeats are cut off the results
+        if short:
             rows = tf.minimum(tf.range(size), length - 1)
             flat = [tf.gather(component, rows) for component in flat]
         *columns, element_seeds = [tf.unstack(component, num=size) for component in flat]
         outputs = [tf.nest.flatten(call(tf.nest.pack_sequence_as(elements, [column[i] for column in columns]),
                                         element_seeds[i])) for i in range(size)]
-        stacked = [tf.stack(values) if whole else tf.stack(values)[:length] for values in zip(*outputs)]
+        stacked = [tf.stack(values)[:length] if short else tf.stack(values) for values in zip(*outputs)]
         return tf.nest.pack_sequence_as(results, stacked)
 
     return call_block
