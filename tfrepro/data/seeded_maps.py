@@ -89,7 +89,8 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     purpose = ("map_with_seed", key if key is not None else _where_defined(fn))
     seeds = functools.partial(passes.element_seeds, seed, purpose, epoch, count)
     if block != 1:
-        in_blocks = _in_blocks(tf, dataset, call, seeds, block or _BLOCK, calls, None if block else _BLOCKED_BYTES)
+        in_blocks = _in_blocks(tf, dataset, cardinality, call, seeds, block or _BLOCK, calls,
+                               None if block else _BLOCKED_BYTES)
         if not isinstance(in_blocks, str):
             return in_blocks
         if block is not None:
@@ -100,10 +101,10 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     return passes.with_cardinality_of(dataset, keyed).map(call, num_parallel_calls=calls, deterministic=True)
 
 
-def _in_blocks(tf: Any, dataset: Any, call: Callable[[Any, Any], Any], seeds: Callable[..., Any], size: int,
-               calls: int, most_bytes: int | None) -> Any:
-    """``call`` mapped over ``dataset`` ``size`` elements per call (``seeds(block=size)`` their
-    seeds), or why it cannot be."""
+def _in_blocks(tf: Any, dataset: Any, length: int | None, call: Callable[[Any, Any], Any],
+               seeds: Callable[..., Any], size: int, calls: int, most_bytes: int | None) -> Any:
+    """``call`` mapped over ``dataset`` (of static cardinality ``length``) up to ``size`` elements
+    per call (``seeds(block=size)`` their seeds), or why it cannot be."""
     why = _why_not_in_blocks(tf, "an element", dataset.element_spec, most_bytes)
     results = _probe(tf, call, dataset.element_spec) if why is None else None
     why = why or _why_not_in_blocks(tf, "a result", results, most_bytes)
@@ -112,7 +113,6 @@ def _in_blocks(tf: Any, dataset: Any, call: Callable[[Any, Any], Any], seeds: Ca
     # With a known length, blocks of the largest size up to ``size`` that divides it: the length
     # stays known, and an error that drops a block (ignore_errors()) drops no more than that. With
     # an unknown (or infinite) length, a short last block repeats its last element, cut off after.
-    length = tf.get_static_value(dataset.cardinality())
     known = length is not None and length >= 0
     if known and length:
         largest, size = size, max(d for d in range(1, size + 1) if length % d == 0)
