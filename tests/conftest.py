@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tfrepro.determinism.switches import DETERMINISM_ENV
@@ -60,3 +61,20 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "keras" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.keras)
+
+
+def positions_checked(tf, count: int, first_position: int):
+    """Keyed training input (a ``tfrepro.data.shuffle`` of ``count`` rows, ``map_with_seed`` noise,
+    batches of 8) whose map fails on an element whose position in the pass is below
+    ``first_position``: what a resume that must not compute the batches before it runs on."""
+    import tfrepro.data
+
+    x = np.linspace(0, 1, count * 4, dtype="float32").reshape(count, 4)
+    y = (x.sum(axis=1) > 2).astype("int64")
+
+    def noisy(position, pair, seed):
+        tf.debugging.assert_greater_equal(position, tf.constant(first_position, tf.int64))
+        return pair[0] + tf.random.stateless_uniform([4], seed, -0.01, 0.01), pair[1]
+
+    data = tfrepro.data.shuffle(tf.data.Dataset.from_tensor_slices((x, y)), count).enumerate()
+    return tfrepro.data.map_with_seed(data, noisy, key="noise").batch(8)

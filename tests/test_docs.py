@@ -10,7 +10,8 @@ import tfrepro
 
 
 @pytest.mark.parametrize("module_name", ["tfrepro.determinism.seeding", "tfrepro.proof.callback", "tfrepro.proof.fingerprints",
-                                         "tfrepro.ops.kernel_facts", "tfrepro.data.seeded_maps"])
+                                         "tfrepro.ops.kernel_facts", "tfrepro.data.seeded_maps",
+                                         "tfrepro.data.skipping"])
 def test_docstring_examples(module_name, keras):
     import importlib
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tfrepro
-from conftest import run_tfrepro
+from conftest import positions_checked, run_tfrepro
 from tfrepro.checkpointing import storage
 
 pytestmark = pytest.mark.keras
@@ -287,3 +287,41 @@ def test_a_resume_of_input_that_cannot_be_addressed_replays_and_says_why(tmp_pat
     with caplog.at_level(logging.INFO, logger="tfrepro.checkpointing"):
         run(tmp_path, 3)
     assert "replaying the input of the 2 epochs before: the training input: a Dataset.shuffle reshuffles" in caplog.text
+
+
+@pytest.mark.parametrize("within", ["skipped", "drawn (the negative control)"])
+def test_a_mid_epoch_resume_of_keyed_input_skips_the_batches_before_without_computing_them(
+        tmp_path, keras, caplog, monkeypatch, within):
+    """Resumed at batch 6 of epoch 3 of 4, keyed input: the map never sees the 48 elements of the 6
+    batches before (its assertion on the element's position in the pass would fail the fit), the run
+    ends on the uninterrupted run's bits, and the log says so. Drawing them instead trips it."""
+    import logging
+
+    import tensorflow as tf
+
+    from tfrepro.checkpointing import input_position
+    from tfrepro.data import skipping
+
+    def run(folder, first_position):
+        with tfrepro.patched(3):
+            trained = model(keras)
+            checkpoint = tfrepro.ReproCheckpoint(tmp_path / folder, every=3, keep=20)
+            trained.fit(positions_checked(tf, 64, first_position), epochs=4, verbose=0, callbacks=[checkpoint])
+        return trained
+
+    whole = run("whole", 0)
+    shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
+    newest = storage.list_checkpoints(tmp_path / "resumed")
+    assert [p.name for p in newest[-2:]] == ["ckpt-e000003-b00000006.npz", "ckpt-e000004-b00000000.npz"]
+    newest[-1].unlink()
+    if within != "skipped":
+        monkeypatch.setattr(input_position, "skip_within_epoch",
+                            lambda iterator, batches: skipping.Skip(batches, why_not="told to draw"))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="assert"):
+            run("resumed", 48)
+        return
+    with caplog.at_level(logging.INFO, logger="tfrepro.checkpointing"):
+        resumed = run("resumed", 48)
+    assert weights_bytes(resumed) == weights_bytes(whole)
+    assert "the 6 batches before it skipped without computing them (past " in caplog.text
+    assert "ParallelMapDatasetV2" in caplog.text

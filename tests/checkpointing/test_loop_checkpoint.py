@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tfrepro
+from conftest import positions_checked
 from tfrepro.checkpointing import storage
 
 pytestmark = pytest.mark.keras
@@ -70,6 +71,37 @@ def test_a_gradient_tape_loop_resumes_bitwise(tmp_path, keras, every):
 
     again, checkpoint = run(tmp_path / "resumed")  # ended: yields nothing, restores the end
     assert again == whole and checkpoint.position.trained == 18
+
+
+def test_a_loop_over_keyed_input_starts_at_the_checkpoints_epoch_and_skips_its_batches_uncomputed(
+        tmp_path, keras, caplog):
+    """Resumed at batch 4 of epoch 2 of 3, from keyed input: the map never sees the 32 elements of
+    that epoch's 4 batches before, nor any earlier epoch's (its assertion on the element's position
+    in the pass would fail), the state ends on the uninterrupted run's bits, and the log says so."""
+    import logging
+
+    import tensorflow as tf
+
+    def run(folder, first_position):
+        with tfrepro.patched(3):
+            model, optimizer, generator, step = build(keras, tf)
+            data = positions_checked(tf, 48, first_position)
+            checkpoint = tfrepro.LoopCheckpoint(folder, every=4, keep=20, model=model, optimizer=optimizer,
+                                                generator=generator)
+            for _, (features, labels) in checkpoint.loop(data, epochs=3):
+                step(features, labels)
+        return state_bytes(model, optimizer, generator)
+
+    whole = run(tmp_path / "whole", 0)
+    shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
+    saved = storage.list_checkpoints(tmp_path / "resumed")
+    assert [p.name for p in saved[-2:]] == ["ckpt-e000002-b00000004.npz", "ckpt-e000003-b00000000.npz"]
+    saved[-1].unlink()
+    with caplog.at_level(logging.INFO, logger="tfrepro.checkpointing"):
+        resumed = run(tmp_path / "resumed", 32)
+    assert resumed == whole
+    assert "epoch 2's input drawn directly, no earlier epoch replayed; its 4 batches before skipped without " \
+           "computing them (past " in caplog.text
 
 
 def test_restore_and_save_by_hand(tmp_path, keras):

@@ -38,6 +38,7 @@ def runs(folder):
     return json.loads((Path(folder) / "sweep.json").read_text())["runs"]
 
 
+@pytest.mark.slow
 def test_five_seeds_print_the_table_and_the_interval_and_shards_merge_to_the_same(tmp_path, script):
     whole = sweep(tmp_path, script, "--seeds", "0-4", "--jobs", "2", "--out", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr
@@ -61,6 +62,7 @@ def test_five_seeds_print_the_table_and_the_interval_and_shards_merge_to_the_sam
     assert (tmp_path / "merged" / "sweep.csv").read_text() == (tmp_path / "whole" / "sweep.csv").read_text()
 
 
+@pytest.mark.slow
 def test_a_rerun_with_the_same_folder_skips_finished_seeds_of_the_same_command(tmp_path, script):
     out = str(tmp_path / "out")
     first = sweep(tmp_path, script, "--seeds", "0-2", "--out", out)
@@ -83,6 +85,7 @@ def test_skipped_seeds_are_written_as_the_seeds_option_reads_them():
         assert format_seeds(parse_seeds(text)) == text
 
 
+@pytest.mark.slow
 def test_a_failing_seed_and_bad_input_exit_2_in_one_line(tmp_path, script):
     missing = sweep(tmp_path, script, "--seeds", "0-1", "--out", str(tmp_path / "m")).returncode
     assert missing == 0

@@ -57,7 +57,8 @@ class ReproCheckpoint(keras.callbacks.Callback):
     does not reshuffle; ``tfrepro.checkpointing.input_position`` says which), a resume starts
     ``fit``'s loop at the checkpoint's epoch, as Keras's ``BackupAndRestore`` does: the epochs
     before it are not gone through, drawn or validated, and that epoch is drawn as itself; within
-    it, the batches before the checkpoint's are drawn and dropped. Otherwise (a reshuffling
+    it, the batches before the checkpoint's are skipped without computing them where the pipeline
+    allows (``tfrepro.data.skip``), else drawn and dropped. Otherwise (a reshuffling
     ``Dataset.shuffle``, generators, ``PyDataset``), it replays: every batch before the checkpoint's
     is drawn from the input and dropped, untrained, and replayed epochs are validated again. Either
     way the other callbacks are set aside (from ``on_train_begin`` on: no progress bar of a skipped
@@ -176,6 +177,8 @@ class _Run:
         self.replayed_because: str | None = None  # None: a resume skips the epochs before the checkpoint's
         self.original_evaluate: Any = None
         self.undo_start: Any = None  # undoes start_fit_at, as the first epoch begins
+        self.within: Any = None  # how the batches before the checkpoint's, in its epoch, are skipped
+        self.substitute: Any = None  # the iterator that skipped them, trained on for the rest of that epoch
 
     # fit begins ----------------------------------------------------------------------------------
     def begin(self, logs: dict | None) -> None:
@@ -184,10 +187,10 @@ class _Run:
         if self.stored is not None:
             self._resume(self.stored)
             self._set_aside(logs)
-            if not self.finished and self.target[0] > 0:
+            if not self.finished and self.target > (0, 0):
                 arguments = input_position.fit_arguments()
                 self.replayed_because = input_position.why_replayed(self.model, self.owner.params, arguments)
-                if self.replayed_because is None:
+                if self.replayed_because is None and self.target[0] > 0:
                     self.undo_start = input_position.start_fit_at(self.model, self.target[0], arguments)
                     self._skip_validation_before_the_target()  # where fit goes through the earlier epochs
         train_function = self.model.train_function
@@ -227,11 +230,16 @@ class _Run:
         if self.finished:
             how = " (the run had ended: nothing to train)"
         elif self.target[0] == 0:
-            how = ""
+            how = "" if self.replayed_because is None else f"; replaying: {self.replayed_because}"
         elif self.replayed_because is None:
             how = f"; epoch {self.target[0]}'s input drawn directly, no earlier epoch replayed"
         else:
             how = f"; replaying the input of the {self.target[0]} epochs before: {self.replayed_because}"
+        if self.within is not None and self.within.dataset is not None:
+            how += (f"; the {self.target[1]} batches before it skipped without computing them "
+                    f"(past {', '.join(self.within.bypassed)})")
+        elif self.within is not None:
+            how += f"; the {self.target[1]} batches before it drawn and dropped: {self.within.why_not}"
         log.info("tfrepro: resumed from %s: epoch %d, batch %d, %d batches trained%s", stored.path, *self.target,
                  self.trained, how)
 
@@ -279,6 +287,7 @@ class _Run:
         if self.undo_start is not None:
             self.undo_start()
             self.undo_start = None
+        self.substitute = None
         self.epoch, self.batch = epoch, 0
 
     def batch_begin(self, batch: int) -> None:
@@ -321,8 +330,10 @@ class _Run:
             if not self.set_aside:  # last in Keras's list, so that a save sees the others' state after the same hook
                 self.fit_callbacks[:] = [*self.others, self.owner]
             traced = self._trace_train_step(iterator)
-            if not traced and self.replayed_because is None and self.target[0] > 0:  # metrics unbuilt: replay builds them
+            if not traced and self.replayed_because is None and self.target > (0, 0):  # metrics unbuilt: replay builds them
                 self.replayed_because = "its train step could not be traced"
+            if self.target[1] > 0 and self.replayed_because is None and not self.finished:
+                self.within = input_position.skip_within_epoch(iterator, self.target[1])
             if self.stored is not None:
                 self._restore_variables(traced)
         if self.finished:  # the checkpointed run had ended: train nothing
@@ -332,6 +343,12 @@ class _Run:
             return dict(self.last_logs)
         if self.replaying and self.skipping:  # an earlier epoch of addressable input: draw nothing
             return dict(self.last_logs)
+        if self.replaying and self.within is not None and self.within.dataset is not None:
+            if self.substitute is None:  # the checkpoint's epoch: its batches from the checkpoint's on
+                self.substitute = iter(self.within.dataset)
+            if not self.metrics_built:  # on a batch of zeros: no batch is drawn for it
+                self._build_metrics(_zeros_like(iterator.element_spec))
+            return dict(self.last_logs)
         if self.replaying:  # draw the batches the checkpointed run drew, and train none
             steps = self.owner.params.get("steps")
             spe = _steps_per_execution(self.model)
@@ -339,7 +356,7 @@ class _Run:
             return dict(self.last_logs)
         if self.rest_pending:
             self._rejoin()
-        return self.original_train_function(iterator)
+        return self.original_train_function(iterator if self.substitute is None else self.substitute)
 
     def _draw(self, iterator: Any, count: int) -> None:
         for _ in range(count):
@@ -441,6 +458,7 @@ class _Run:
         log.debug("tfrepro: checkpoint %s", path)
 
     def end(self) -> None:
+        self.substitute = None
         if self.undo_start is not None:  # no epoch began
             self.undo_start()
             self.undo_start = None
@@ -468,6 +486,13 @@ def _compiled_state_unbuilt(model: Any) -> bool:
     return any(container is not None and not getattr(container, "built", True)
                and any(getattr(container, name, None) for name in names)
                for container, names in ((getattr(model, key, None), names) for key, names in wanted.items()))
+
+
+def _zeros_like(spec: Any) -> Any:
+    """A batch of one element of zeros in the structure and dtypes of ``spec`` (dense tensors;
+    Keras's input checks and metrics read shapes and dtypes only)."""
+    tf = _tf.import_tf()
+    return tf.nest.map_structure(lambda s: tf.zeros([1 if d is None else d for d in s.shape], s.dtype), spec)
 
 
 def _steps_per_execution(model: Any) -> int:

@@ -6,8 +6,10 @@ Directly (``why_replayed`` is None): ``fit``'s loop starts at the checkpoint's e
 are neither drawn nor validated and no iterator is made for them; the checkpoint's epoch is drawn as
 itself (its keyed draws depend on the epoch, not on the passes before). Where that hook is missing,
 ``fit`` goes through the earlier epochs without pulling a batch. Inside the checkpoint's epoch, the
-batches before the checkpoint's are drawn and dropped. The cost of a resume is then at most one
-epoch's input, however far the run got.
+batches before the checkpoint's are skipped without computing them where the pipeline allows
+(``skip_within_epoch``: past its batches and maps, down to a keyed shuffle or the source), else drawn
+and dropped. The cost of a resume is then at most one epoch's input, however far the run got, and
+where the skip reaches the source, not even that.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfrepro import _tf
+from tfrepro.data import skipping
 from tfrepro.data.addressing import why_not_addressable
 from tfrepro.determinism import epochs, state
 
@@ -123,3 +126,35 @@ def _is_array(tf: Any, x: Any) -> bool:
         return len(x) > 0 and all(_is_array(tf, v) for v in x.values())
     composite = (tf.SparseTensor, tf.RaggedTensor, tf.data.Dataset)  # Keras 2 reshuffles composites with Dataset.shuffle
     return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, composite)
+
+
+def skip_within_epoch(iterator: Any, batches: int) -> skipping.Skip:
+    """The plan (``tfrepro.data.skip``'s) to skip the first ``batches`` of the epoch that Keras's
+    ``iterator`` is over without computing them: its dataset rewritten to start at batch ``batches``
+    (a new iterator over it reads the epoch clock as its first element is made), or why not."""
+    dataset = getattr(iterator, "_dataset", None)  # tf.data's iterators keep theirs alive
+    tf = _tf.import_tf()
+    if not isinstance(dataset, tf.data.Dataset):
+        return skipping.Skip(batches, why_not=f"Keras's {type(iterator).__name__} does not show its dataset")
+    if any(type(spec) is not tf.TensorSpec for spec in tf.nest.flatten(dataset.element_spec)):
+        return skipping.Skip(batches, why_not="its batches hold composite tensors (ragged or sparse)")
+    return skip_in_dataset(dataset, batches)
+
+
+def skip_in_dataset(dataset: Any, batches: int) -> skipping.Skip:
+    """``tfrepro.data.skip``'s plan for the first ``batches`` of ``dataset``, its failures said, not raised."""
+    try:
+        return skipping.plan(dataset, batches)
+    except Exception as exc:  # a graph tfrepro cannot read or rebuild: drawing them is always exact
+        return skipping.Skip(batches, why_not=f"its graph could not be rewritten ({type(exc).__name__}: "
+                                              f"{str(exc).splitlines()[0] if str(exc) else ''})")
+
+
+def why_loop_input_replayed(data: Any, steps_per_epoch: int | None) -> str | None:
+    """None if a ``LoopCheckpoint.loop`` over ``data`` can start at the checkpoint's epoch; else why
+    its batches before the checkpoint's must be replayed."""
+    tf = _tf.import_tf()
+    if steps_per_epoch is not None:
+        return "with steps_per_epoch, one iterator runs through all epochs"
+    return _why_input_replayed(tf, data, False, "the input") if isinstance(data, tf.data.Dataset) else (
+        f"the input is a {type(data).__name__}, which tfrepro cannot address by epoch")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro._version import __version__
-from tfrepro.checkpointing import kernel_random, model_state, resuming, storage
+from tfrepro.checkpointing import input_position, kernel_random, model_state, resuming, storage
 from tfrepro.determinism import epochs as epochs_clock
 from tfrepro.determinism import seeding
 from tfrepro.errors import CheckpointError
@@ -50,10 +50,14 @@ class LoopCheckpoint:
             train_step(*batch)
 
     ``loop`` resumes from the newest complete checkpoint in ``directory``, if there is one: it
-    restores every variable, then draws and drops the batches the checkpointed run had trained (so a
-    reshuffling ``tf.data`` pipeline, a ``Dataset.random`` stream or a seeded generator is exactly
-    where it was), sets every RNG and the variables to the checkpoint's again, and yields the next
-    batch to train. It saves after every ``every`` batches or at each epoch's end (``"epoch"``), and
+    restores every variable and reaches the checkpoint's batch. A ``tf.data.Dataset`` whose draws
+    are keyed by the epoch (``tfrepro.data.shuffle``, ``map_with_seed``: see
+    ``tfrepro.checkpointing.input_position``) starts at the checkpoint's epoch, and that epoch's
+    batches before the checkpoint's are skipped without computing them where the pipeline allows
+    (``tfrepro.data.skip``). Other input has the batches the checkpointed run had trained drawn and
+    dropped (so a reshuffling ``tf.data`` pipeline, a ``Dataset.random`` stream or a seeded
+    generator is exactly where it was). The log says which. Then it sets every RNG and the variables
+    to the checkpoint's again, and yields the next batch to train. It saves after every ``every`` batches or at each epoch's end (``"epoch"``), and
     at the end. Your step runs between two batches it yields: a checkpoint is taken only when you ask
     for the next batch, so it never holds half a step. Its first step is watched: TF's stateful random
     ops (``tf.random.normal``, ``tf.nn.dropout`` without a seed tensor, ...), whose state lives in
@@ -161,6 +165,24 @@ class LoopCheckpoint:
                  *(self.position.epoch, self.position.batch, self.position.trained))
         return stored
 
+    def _reach(self, data: Any, steps_per_epoch: int | None, target: tuple[int, int]) -> tuple[bool, Any]:
+        """Whether ``loop`` can start at the checkpoint's epoch (input addressed by epoch), and how
+        the batches before the checkpoint's in that epoch are skipped (``input_position``); logged."""
+        if target == (0, 0):
+            return False, None
+        why = input_position.why_loop_input_replayed(data, steps_per_epoch)
+        if why is not None:
+            log.info("tfrepro: replaying the %d batches trained before the checkpoint: %s", self.position.trained, why)
+            return False, None
+        within = input_position.skip_in_dataset(data, target[1]) if target[1] > 0 else None
+        how = f"epoch {target[0]}'s input drawn directly, no earlier epoch replayed"
+        if within is not None:
+            how += (f"; its {target[1]} batches before skipped without computing them (past {', '.join(within.bypassed)})"
+                    if within.dataset is not None else
+                    f"; its {target[1]} batches before drawn and dropped: {within.why_not}")
+        log.info("tfrepro: %s", how)
+        return True, within
+
     def _assign(self, stored: storage.Stored) -> None:
         for index, slot in enumerate(self._slots()):
             slot.variable.assign(model_state.saved_value(stored, index))
@@ -220,6 +242,7 @@ class LoopCheckpoint:
                 seeding.set_rng_state(stored_rng)
             return
         pending, watched, saved, iterator = stored is not None, False, True, None
+        direct, within = self._reach(data, steps_per_epoch, target) if stored is not None else (False, None)
 
         def arrive(epoch: int, batch: int) -> None:
             nonlocal pending
@@ -231,9 +254,13 @@ class LoopCheckpoint:
         for epoch in range(epochs):
             arrive(epoch, 0)
             epochs_clock.set_epoch(epoch)  # keyed draws (tfrepro.data) belong to this epoch, as under fit
+            if direct and epoch < target[0]:  # input addressed by epoch: nothing before the checkpoint's is drawn
+                continue
+            batch = 0
             if steps_per_epoch is None or iterator is None:
                 iterator = iter(data)
-            batch = 0
+                if direct and epoch == target[0] and within is not None and within.dataset is not None:
+                    iterator, batch = iter(within.dataset), target[1]  # the batches before it, skipped uncomputed
             while steps_per_epoch is None or batch < steps_per_epoch:
                 arrive(epoch, batch)
                 try:

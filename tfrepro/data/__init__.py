@@ -2,7 +2,8 @@
 the epoch and the element, never of the order of draws.
 
 ``map_with_seed`` hands each element a stateless seed (``seeded_maps``); ``shuffle`` shuffles each
-pass by the epoch (``shuffling``); ``augmentation`` has batch-level stateless augmentations that draw
+pass by the epoch (``shuffling``); ``skip`` skips elements without computing them where that is exact
+(``skipping``); ``augmentation`` has batch-level stateless augmentations that draw
 per image (flip, translate, brightness). The epoch is ``fit``'s, or ``set_epoch(e)`` in a custom
 loop. Importing this package is free; its functions import TensorFlow when called.
 
@@ -21,6 +22,7 @@ from typing import Any
 _HOMES = {
     "map_with_seed": "tfrepro.data.seeded_maps",
     "shuffle": "tfrepro.data.shuffling",
+    "skip": "tfrepro.data.skipping",
     "set_epoch": "tfrepro.determinism.epochs",
     "current_epoch": "tfrepro.determinism.epochs",
     "random_flip_left_right": "tfrepro.data.augmentation",

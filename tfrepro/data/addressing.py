@@ -28,14 +28,25 @@ _STATE_UPDATES = {"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableO
                   "StatefulTruncatedNormal", "StatefulRandomBinomial", "ResourceScatterUpdate", "ResourceScatterAdd"}
 
 
-def why_not_addressable(dataset: Any) -> str | None:
-    """None if ``dataset``'s epochs can be drawn directly; else what in it draws by history."""
+def serialized_graph(dataset: Any, most_bytes: int | None = None) -> Any:
+    """``dataset``'s ``GraphDef``, functions included, or None if it is over ``most_bytes``.
+    Stateful ops are kept as they are; captured state (a variable, a lookup table) is copied as its
+    value, so a dataset rebuilt from the graph would hold a frozen copy of it."""
     tf = _tf.import_tf()
-    graph = tf.compat.v1.GraphDef()
     serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=dataset._variant_tensor,
-                                             external_state_policy=1,  # warn, do not fail, on stateful ops
-                                             strip_device_assignment=True)
-    graph.ParseFromString(serialized.numpy())
+                                             external_state_policy=1,  # IGNORE: keep stateful ops, copy state
+                                             strip_device_assignment=True).numpy()
+    if most_bytes is not None and len(serialized) > most_bytes:
+        return None
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(serialized)
+    return graph
+
+
+def why_not_addressable(dataset: Any, graph: Any = None) -> str | None:
+    """None if ``dataset``'s epochs can be drawn directly; else what in it draws by history
+    (``graph``: its ``serialized_graph``, if already made)."""
+    graph = serialized_graph(dataset) if graph is None else graph
     # The graph's own nodes are its datasets (and, serialised, the values of the variables its
     # functions capture); what the pipeline does to state is in its functions.
     in_functions = [node for function in graph.library.function for node in function.node_def]
