@@ -136,8 +136,9 @@ def skip_within_epoch(iterator: Any, batches: int) -> skipping.Skip:
     tf = _tf.import_tf()
     if not isinstance(dataset, tf.data.Dataset):
         return skipping.Skip(batches, why_not=f"Keras's {type(iterator).__name__} does not show its dataset")
-    if any(type(spec) is not tf.TensorSpec for spec in tf.nest.flatten(dataset.element_spec)):
-        return skipping.Skip(batches, why_not="its batches hold composite tensors (ragged or sparse)")
+    if any(type(spec) is not tf.TensorSpec or spec.shape.rank is None for spec in tf.nest.flatten(dataset.element_spec)):
+        return skipping.Skip(batches, why_not="its batches hold composite tensors (ragged or sparse) or ones of "
+                                              "unknown rank")
     return skip_in_dataset(dataset, batches)
 
 
