@@ -235,11 +235,8 @@ class _Run:
             how = f"; epoch {self.target[0]}'s input drawn directly, no earlier epoch replayed"
         else:
             how = f"; replaying the input of the {self.target[0]} epochs before: {self.replayed_because}"
-        if self.within is not None and self.within.dataset is not None:
-            how += (f"; the {self.target[1]} batches before it skipped without computing them "
-                    f"(past {', '.join(self.within.bypassed)})")
-        elif self.within is not None:
-            how += f"; the {self.target[1]} batches before it drawn and dropped: {self.within.why_not}"
+        if self.within is not None:
+            how += f"; {self.within.told(f'the {self.target[1]} batches before it')}"
         log.info("tfrepro: resumed from %s: epoch %d, batch %d, %d batches trained%s", stored.path, *self.target,
                  self.trained, how)
 

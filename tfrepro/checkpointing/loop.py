@@ -177,9 +177,7 @@ class LoopCheckpoint:
         within = input_position.skip_in_dataset(data, target[1]) if target[1] > 0 else None
         how = f"epoch {target[0]}'s input drawn directly, no earlier epoch replayed"
         if within is not None:
-            how += (f"; its {target[1]} batches before skipped without computing them (past {', '.join(within.bypassed)})"
-                    if within.dataset is not None else
-                    f"; its {target[1]} batches before drawn and dropped: {within.why_not}")
+            how += f"; {within.told(f'its {target[1]} batches before')}"
         log.info("tfrepro: %s", how)
         return True, within
 

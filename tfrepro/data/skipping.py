@@ -41,6 +41,12 @@ class Skip:
     why_not: str | None = None
     bypassed: list[str] = field(default_factory=list)  # the ops the skipped elements no longer run
 
+    def told(self, what: str) -> str:
+        """The log's words for this plan, ``what`` naming the skipped elements."""
+        if self.dataset is not None:
+            return f"{what} skipped without computing them (past {', '.join(self.bypassed)})"
+        return f"{what} drawn and dropped: {self.why_not}"
+
 
 def skip(dataset: Any, count: int) -> Any:
     """``dataset.skip(count)``, without computing the skipped elements where the pipeline allows.
