@@ -7,14 +7,22 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 
 
 def run(args: list[str], env: dict[str, str] | None = None) -> str:
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     proc = subprocess.run(args, env=full_env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise SystemExit(f"benchmark run failed: {' '.join(args)}\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"benchmark run failed: {' '.join(args)}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
     return proc.stdout
+
+
+def timed_run(args: list[str], env: dict[str, str] | None = None) -> float:
+    """Wall-clock seconds of one ``run``."""
+    start = time.perf_counter()
+    run(args, env)
+    return time.perf_counter() - start
 
 
 def grab(pattern: str, text: str) -> float:

@@ -13,26 +13,14 @@ Not a test: the figures are printed only.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from _common import PYTHON
+from _common import PYTHON, timed_run
 
 TFREPRO = [PYTHON, "-m", "tfrepro"]
 
-
-def _timed(command: list[str]) -> float:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    start = time.perf_counter()
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"benchmark run failed: {' '.join(command)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return elapsed
 
 
 def main() -> None:
@@ -48,8 +36,8 @@ def main() -> None:
         script.write_text("import random\nprint(sum(random.random() for _ in range(1000)))\n")
         plain, launched = [], []
         for _ in range(args.reps):
-            plain.append(_timed([PYTHON, str(script)]))
-            launched.append(_timed([*TFREPRO, "run", "--", PYTHON, str(script)]))
+            plain.append(timed_run([PYTHON, str(script)]))
+            launched.append(timed_run([*TFREPRO, "run", "--", PYTHON, str(script)]))
         extra = statistics.median(launched) - statistics.median(plain)
         print(f"run, script without NumPy/TF, median of {args.reps}: plain {statistics.median(plain):.3f} s, "
               f"tfrepro run {statistics.median(launched):.3f} s: +{extra:.3f} s per run (goal <= 0.3 s)", flush=True)
@@ -58,8 +46,8 @@ def main() -> None:
                    "--epochs", str(args.epochs)]
         plain_runs, checks = [], []
         for rep in range(max(1, args.reps // 2)):
-            plain_runs.append(sum(_timed([PYTHON, *example]) for _ in range(args.runs)))
-            checks.append(_timed([*TFREPRO, "check", "--runs", str(args.runs), "--out", str(Path(tmp) / f"c{rep}"),
+            plain_runs.append(sum(timed_run([PYTHON, *example]) for _ in range(args.runs)))
+            checks.append(timed_run([*TFREPRO, "check", "--runs", str(args.runs), "--out", str(Path(tmp) / f"c{rep}"),
                                   "--", PYTHON, *example]))
         base, check = statistics.median(plain_runs), statistics.median(checks)
         per_run = (check - base) / args.runs

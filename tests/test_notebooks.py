@@ -16,7 +16,11 @@ def _files(folder):
     return sorted(p.relative_to(folder) for p in folder.rglob("*"))
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+# A notebook that starts localhost clusters runs with the other multi-worker tests (its own CI legs).
+PARAMS = [pytest.param(p, marks=pytest.mark.workers) if '"--workers"' in p.read_text() else p for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", PARAMS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs_where_it_stands_and_leaves_nothing(path, tmp_path, monkeypatch):
     """Run in notebooks/, as a reader runs it; its temporary folders (and those of what it starts)
     go to a private TMPDIR, which must be empty afterwards, as notebooks/ must be as it was."""

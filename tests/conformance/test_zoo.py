@@ -16,13 +16,17 @@ Columns (capabilities) and what a supported cell demands:
   and leave Python's, NumPy's and TensorFlow's RNGs in the same state (``run --checkpoint`` is
   compared with ``run`` on the patterns it does not refuse, since a refusal stops the script);
 - ``keyed``: under ``tfrepro.patch(S, init="keyed")`` (keyed initial weights, and ``fit``'s keyed
-  shuffles), two fresh processes give the same bits.
+  shuffles), two fresh processes give the same bits;
+- ``workers``: built and trained under ``MultiWorkerMirroredStrategy`` on 2 localhost workers,
+  ``tfrepro check --workers 2 --runs 2`` says identical: every worker agrees with worker 0 at every
+  record, each worker with itself run to run, and the trained variables (optimizer's too) are the
+  same bits on both workers.
 
 A cell that a capability does not support is in ``REFUSED``: the test demands that the capability
 refuses it by name (the message it must print), and the README lists it (``test_docs``-style check
 at the bottom). The ``patch``, ``check`` and ``seed`` columns run every pattern in one process per
 entry point (``zoo.py all``): crossing processes is their point, and a pattern whose computation
-leaked into the next one's would show there too. ``doctor`` and ``resume`` need a process per
+leaked into the next one's would show there too; so does ``workers``, in one cluster per run. ``doctor`` and ``resume`` need a process per
 pattern. The processes run two at a time, started as soon as the first zoo test needs them.
 """
 
@@ -52,7 +56,7 @@ KERAS2 = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
 sys.path.insert(0, str(ZOO.parent))
 from zoo_patterns import PATTERNS  # noqa: E402  (the names only: importing zoo.py would load TensorFlow)
 
-CAPABILITIES = ("patch", "check", "doctor", "resume", "seed", "keyed")
+CAPABILITIES = ("patch", "check", "doctor", "resume", "seed", "keyed", "workers")
 
 
 def _refused() -> dict[tuple[str, str], str]:
@@ -64,7 +68,14 @@ def _refused() -> dict[tuple[str, str], str]:
         ("custom_loop_checkpointed", "check"): "never called Model.fit",
         ("custom_loop_checkpointed", "doctor"): "never called Model.fit",
         ("tf_random_ops", "resume"): "tf_random",
+        ("custom_loop", "workers"): "never called Model.fit",
+        ("custom_loop_checkpointed", "workers"): "never called Model.fit",
     }
+    if KERAS2:  # Keras 2 refuses a loss object with automatic reduction in a train_step under a strategy
+        refused[("custom_train_step", "workers")] = "when losses are used with `tf.distribute.Strategy`"
+        refused[("gan", "workers")] = "when losses are used with `tf.distribute.Strategy`"
+    else:  # Keras 3 builds a model by calling it before the first step under a tf.distribute strategy
+        refused[("gan", "workers")] = "has no call()"
     if KERAS2:  # Keras 2's keras-io examples draw from TF's stateful random ops
         refused[("vae", "resume")] = "sampling"
         refused[("gan", "resume")] = "train_step"
@@ -158,6 +169,16 @@ def _entry_point(folder: Path, entry: str, planted: str = "0", skip: str = "") -
     return _job(folder, proc, results)
 
 
+def _workers(folder: Path, pattern: str = "all") -> dict:
+    """``tfrepro check --workers 2 --runs 2`` with every pattern (but the refused) built under
+    MultiWorkerMirroredStrategy, in one cluster per run; or one pattern alone."""
+    results = folder / "results.jsonl"
+    skip = ",".join(p for p, c in REFUSED if c == "workers") if pattern == "all" else ""
+    proc = _tfrepro(folder, "check", "--workers", "2", "--runs", "2", "--seed", str(SEED), "--out",
+                    str(folder / "out"), *_python(pattern), env=_env(results, ZOO_STRATEGY="multi-worker", ZOO_SKIP=skip))
+    return _job(folder, proc, results)
+
+
 def _check_alone(folder: Path, pattern: str) -> dict:
     results = folder / "results.jsonl"
     proc = _tfrepro(folder, "check", "--runs", "2", "--seed", str(SEED), "--out", str(folder / "out"),
@@ -190,19 +211,21 @@ def _resume(folder: Path, pattern: str) -> dict:
     return {"whole": whole, "killed": killed, "resumed": resumed}
 
 
-_JOBS = {"entry": _entry_point, "check_alone": _check_alone, "doctor": _doctor, "resume": _resume}
+_JOBS = {"entry": _entry_point, "check_alone": _check_alone, "doctor": _doctor, "resume": _resume,
+         "workers": _workers}
 _ENTRIES = ("run", "check", "sweep", "doctor", "checkpoint", "inscript")
 
 
 def _jobs_for(capability: str, pattern: str) -> list[tuple[str, ...]]:
     if (pattern, capability) in REFUSED:
         return [{"check": ("check_alone", pattern), "doctor": ("doctor", pattern),
-                 "resume": ("resume", pattern)}[capability]]
+                 "resume": ("resume", pattern), "workers": ("workers", pattern)}[capability]]
     return {"patch": [("entry", "run"), ("entry", "check"), ("entry", "inscript")],
             "check": [("entry", "check"), ("entry", "check", "1")],
             "doctor": [("doctor", pattern)],
             "resume": [("resume", pattern)],
             "keyed": [("entry", "keyed"), ("entry", "keyed2")],
+            "workers": [("workers", "all")],
             "seed": [*(("entry", e) for e in _ENTRIES if e != "checkpoint"),
                      ("entry", "run", "0", "resume"), ("entry", "checkpoint", "0", "resume")]}[capability]
 
@@ -313,6 +336,26 @@ def test_seed(runs, pattern):
     if (pattern, "resume") not in REFUSED:  # run --checkpoint, beside a run without the patterns it refuses
         alone = _result(runs.get("entry", "run", "0", "resume"), pattern)
         assert _result(runs.get("entry", "checkpoint", "0", "resume"), pattern) == alone
+
+
+@pytest.mark.workers
+@patterns
+def test_workers(runs, pattern):
+    if (pattern, "workers") in REFUSED:
+        return _refusal(runs, "workers", pattern)
+    from tfrepro import compare
+
+    index = [p for p in PATTERNS if (p, "workers") not in REFUSED].index(pattern)  # fit-K of `zoo.py all`
+    job = runs.get("workers", "all")
+    _ok(job)
+    assert "identical: 2 runs x 2 workers" in job["stdout"], job["stdout"][-2000:]
+    trace = lambda run, worker: job["folder"] / "out" / f"run-{run}" / f"worker-{worker}" / f"fit-{index}.jsonl"
+    for a, b in [((0, 0), (0, 1)), ((1, 0), (1, 1)), ((0, 0), (1, 0)), ((0, 1), (1, 1))]:
+        comparison = compare(trace(*a), trace(*b))
+        assert comparison.identical and comparison.records_compared > 1, str(comparison)
+    lines = job["results"][pattern]
+    assert sorted(line["worker"] for line in lines) == [0, 0, 1, 1]
+    assert len({line["weights"] for line in lines}) == 1, lines  # model and optimizer, on every worker
 
 
 def test_the_readme_lists_every_refused_cell():

@@ -9,6 +9,9 @@ Python's, NumPy's and TensorFlow's global RNGs, so two runs agree only if they c
 ``ZOO_PLANT=1`` inserts a layer named ``culprit`` whose kernel gradient gets noise from OS entropy
 (a CPU stand-in for GPU atomics). ``ZOO_KILL_AT=N`` kills the process with SIGKILL
 after the N-th optimizer step; ``ZOO_SKIP=a,b`` leaves patterns out of ``all``. Each pattern builds its model the way the keras-io examples do.
+``ZOO_STRATEGY=multi-worker`` builds and trains every ``fit`` pattern in the scope of a
+``MultiWorkerMirroredStrategy`` over the ``TF_CONFIG`` cluster (the custom loops, which do not call
+``strategy.run``, train outside it); each result line then names its worker.
 """
 
 import os
@@ -19,6 +22,7 @@ if os.environ.get("ZOO_INSCRIPT_SEED"):
     tfrepro.patch(int(os.environ["ZOO_INSCRIPT_SEED"]), init=os.environ.get("ZOO_INSCRIPT_INIT", "order"))
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
@@ -41,6 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import zoo_patterns  # noqa: E402
 
 KERAS3 = int(keras.__version__.split(".")[0]) >= 3
+# Made before any op runs: collective ops are configured when TF's runtime starts.
+STRATEGY = tf.distribute.MultiWorkerMirroredStrategy() if os.environ.get("ZOO_STRATEGY") == "multi-worker" else None
+LOOPS = ("custom_loop", "custom_loop_checkpointed")
 PLANT = os.environ.get("ZOO_PLANT") == "1"
 KILL_AT = int(os.environ.get("ZOO_KILL_AT", "0"))
 BATCH, SAMPLES, CLASSES = 16, 64, 4
@@ -446,7 +453,9 @@ def trained_variables(model):
 
 def train(pattern, epochs):
     """Train one pattern and append its result line to ``ZOO_RESULTS``."""
-    model, history = PATTERNS[pattern](epochs)
+    in_scope = STRATEGY is not None and pattern not in LOOPS
+    with STRATEGY.scope() if in_scope else contextlib.nullcontext():
+        model, history = PATTERNS[pattern](epochs)
     digest = hashlib.sha256()
     for variable in trained_variables(model):
         digest.update(np.asarray(variable.numpy()).tobytes())
@@ -454,6 +463,8 @@ def train(pattern, epochs):
     result = {"pattern": pattern, "weights": digest.hexdigest(), "python": random.random(),
               "numpy": float(np.random.random()), "tensorflow": float(tf.random.uniform([])),
               "loss": float(np.asarray(losses[-1]))}
+    if STRATEGY is not None:
+        result["worker"] = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     with open(os.environ.get("ZOO_RESULTS", os.devnull), "a") as results:
         results.write(json.dumps(result) + "\n")
     return result

@@ -60,6 +60,22 @@ def test_environment_diff_flags_what_breaks_bitwise_reproducibility():
     assert diffs["tensorflow.gpus"].breaks_bitwise
     assert not diffs["env.TFREPRO_UNRELATED"].breaks_bitwise
     assert "breaks bitwise" in str(diffs["tensorflow.gpus"])
+
+
+def test_environment_records_the_cluster_and_flags_other_collectives_or_worker_counts(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, '
+                                    '"task": {"type": "worker", "index": 1}}')
+    a = tfrepro.environment()
+    assert a["distribution"] == {"cluster": {"workers": 2, "task": "worker:1"}}  # no strategy was built here
+    b = copy.deepcopy(a)
+    b["distribution"]["cluster"] = {"workers": 4, "task": "worker:0"}
+    b["distribution"]["collectives"] = [{"implementation": "NCCL", "bytes_per_pack": 0, "pinned": False}]
+    diffs = {d.key: d for d in environment_diff(a, b)}
+    assert diffs["distribution.cluster.workers"].breaks_bitwise
+    assert diffs["distribution.collectives"].breaks_bitwise
+    assert not diffs["distribution.cluster.task"].breaks_bitwise  # every worker of a run has its own
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    assert tfrepro.environment()["distribution"]["cluster"]["workers"] is None
     with pytest.raises(TypeError):
         environment_diff(a, "not a fingerprint")
 

@@ -152,3 +152,29 @@ def test_keras_imported_after_patch_is_seeded_when_it_loads(keras):
     before = run_python("-c", f"import {name}\nimport tfrepro\ntfrepro.patch(5)\n" + build)
     after = run_python("-c", "import tfrepro\ntfrepro.patch(5)\n" + build)
     assert _draws(before) == _draws(after)
+
+
+_RUNTIME_PROBE = """
+import tensorflow as tf
+from tensorflow.python.eager import context
+import tfrepro
+
+tfrepro.patch(11)
+assert not context.context()._initialized, "patch started TF's runtime"
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)  # raises once started
+state = tfrepro.rng_state()["tensorflow_generator"]  # made now, from the seed
+drawn = tf.random.get_global_generator().normal([3]).numpy()
+expected = tf.random.Generator.from_seed(11).normal([3]).numpy()
+assert state["state"] == tf.random.Generator.from_seed(11).state.numpy().tolist(), state
+assert drawn.tobytes() == expected.tobytes(), (drawn, expected)
+print("ok", len(tf.config.list_logical_devices("CPU")))
+"""
+
+
+def test_patch_leaves_tf_runtime_unstarted_and_makes_the_seeded_generator_on_first_use():
+    """Making TF's global Generator starts TF's runtime, after which devices, thread pools and
+    MultiWorkerMirroredStrategy's collectives cannot be configured; patch defers it to first use."""
+    proc = run_python("-c", _RUNTIME_PROBE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["ok", "2"]

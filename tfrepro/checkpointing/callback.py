@@ -78,7 +78,10 @@ class ReproCheckpoint(keras.callbacks.Callback):
     ``tfrepro run --checkpoint`` does); TF's default ones keep their state in kernels no checkpoint
     can read. The input must yield the same batches in a new process (seeded: ``tfrepro.patch``).
     A run that ended goes on only if ``fit`` asks for more epochs; one that a callback stopped is not
-    extended. Not tested under ``tf.distribute`` strategies.
+    extended. Under a ``tf.distribute`` strategy (``MirroredStrategy``, ``MultiWorkerMirroredStrategy``)
+    every worker reads the variables at a save, only the chief writes, every worker restores from the
+    chief's files (on a cluster the folder must be shared storage), and a resume replays the input
+    before the checkpoint's position rather than positioning the distributed dataset.
 
     Example:
 
@@ -369,10 +372,18 @@ class _Run:
         if not _compiled_state_unbuilt(self.model):  # e.g. a train_step with its own trackers: no call needed
             return
         x, y, sample_weight = (*batch, None, None)[:3] if isinstance(batch, tuple) else (batch, None, None)
-        try:
+
+        def build(x: Any, y: Any, sample_weight: Any) -> None:
             y_pred = self.model(x, training=False)
             self.model.compute_loss(x, y, y_pred, sample_weight)  # Keras 2 builds its loss tracker here
             self.model.compute_metrics(x, y, y_pred, sample_weight)
+
+        tf = _tf.import_tf()
+        try:
+            if any(isinstance(part, tf.distribute.DistributedValues) for part in tf.nest.flatten(batch)):
+                self.model.distribute_strategy.run(build, args=(x, y, sample_weight))  # on each replica, as fit does
+            else:
+                build(x, y, sample_weight)
         except Exception as exc:  # a model whose train_step computes its own (a GAN, y=None)
             warn(f"could not build the metrics on a replayed batch ({type(exc).__name__}: {exc}); their running "
                  "means may restart at the resumed batch, the weights are unaffected")
@@ -450,8 +461,10 @@ class _Run:
             "stopped": stopped,
             "members": sorted(members),
         }
-        path = storage.write(self.owner.directory, manifest, members, self.owner.keep)
         self.saved_since_last_batch = True
+        if not _writes_checkpoints(self.model):  # it read every variable all the same: reads may be collective
+            return
+        path = storage.write(self.owner.directory, manifest, members, self.owner.keep)
         log.debug("tfrepro: checkpoint %s", path)
 
     def end(self) -> None:
@@ -475,6 +488,13 @@ class _Run:
 
 
 # helpers ------------------------------------------------------------------------------------------
+def _writes_checkpoints(model: Any) -> bool:
+    """Whether this process writes the checkpoint files: not under a multi-worker strategy, or its
+    chief (``StrategyExtended.should_checkpoint``). Every worker restores from the chief's files."""
+    extended = getattr(getattr(model, "distribute_strategy", None), "extended", None)
+    return extended is None or bool(getattr(extended, "should_checkpoint", True))
+
+
 def _compiled_state_unbuilt(model: Any) -> bool:
     """Whether ``compile`` left a loss or metrics that Keras builds only in the first training step."""
     if _KERAS3:

@@ -89,7 +89,7 @@ def why_replayed(model: Any, params: dict[str, Any], arguments: dict[str, Any] |
         return "validation_steps keeps one validation iterator across epochs"
     strategy = type(getattr(model, "distribute_strategy", None)).__name__
     if strategy not in ("NoneType", "_DefaultDistributionStrategy", "_DefaultDistributionStrategyV1"):
-        return f"it runs under {strategy} (not tested there)"
+        return f"it runs under {strategy}, whose distributed input tfrepro does not position directly"
     tf = _tf.import_tf()
     x, steps = arguments.get("x"), arguments.get("steps_per_epoch")
     if steps is not None and not (isinstance(x, tf.data.Dataset) and int(x.cardinality()) == steps):

@@ -114,8 +114,20 @@ def train_step_findings(model: Any, element_spec: Any) -> list[str]:
     overridden step as written), traced on ``element_spec`` to a graph that never runs. Tracing
     creates what the first step would (optimizer slots, metric variables) and draws nothing."""
     tf = _tf.import_tf()
-    concrete = tf.function(model.train_step).get_concrete_function(element_spec)
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is not None and _distributed(tf, element_spec):
+        def step(data: Any) -> Any:  # as Keras runs it under a tf.distribute strategy: on every replica
+            return strategy.run(model.train_step, args=(data,))
+
+        concrete = tf.function(step).get_concrete_function(element_spec)
+    else:
+        concrete = tf.function(model.train_step).get_concrete_function(element_spec)
     return findings(graph_ops(concrete.graph.as_graph_def()), [model], f"{type(model).__name__}.train_step")
+
+
+def _distributed(tf: Any, element_spec: Any) -> bool:
+    return any(isinstance(spec, tf.distribute.DistributedValues) or type(spec).__name__ == "PerReplicaSpec"
+               for spec in tf.nest.flatten(element_spec, expand_composites=False))
 
 
 @contextlib.contextmanager

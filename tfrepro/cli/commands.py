@@ -87,12 +87,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         env.update(checkpoint.to_env())
     sys.stdout.flush()
     sys.stderr.flush()
+    if args.workers is not None:
+        return _run_workers(command, env, args.workers)
     if os.name == "posix":
         try:
             os.execvpe(command[0], command, env)  # the script becomes this process: signals and exit code pass through
         except OSError as exc:
             return _fail("run", f"cannot start {command[0]}: {exc}")
     return _run_and_wait(command, env)
+
+
+def _run_workers(command: list[str], env: dict[str, str], workers: int) -> int:
+    """``tfrepro run --workers N``: the first non-zero exit code of the workers, else 0."""
+    from tfrepro.launching.workers import check_worker_count, launch_workers
+
+    check_worker_count(workers)
+    try:
+        outcome = launch_workers(command, [env] * workers)
+    except KeyboardInterrupt:
+        print("tfrepro run: interrupted; every worker was stopped", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    if outcome.stopped_by.startswith("worker"):
+        print(f"tfrepro run: {outcome.stopped_by} exited with {outcome.returncode}; the other workers were stopped",
+              file=sys.stderr)
+    elif outcome.stopped_by:
+        print(f"tfrepro run: {outcome.stopped_by}; every worker was stopped", file=sys.stderr)
+    return outcome.returncode
 
 
 def _run_and_wait(command: list[str], env: dict[str, str]) -> int:
@@ -173,7 +193,7 @@ def _check_exit_code(result: CheckResult) -> ExitCode:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from tfrepro.cli import rendering
-    from tfrepro.launching.checking import RunInterrupted, check
+    from tfrepro.launching.checking import GRADIENTS_WITH_WORKERS, RunInterrupted, check
 
     config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init,
                           patch=not args.no_patch, gradients=args.gradients)
@@ -181,11 +201,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     bootstrap_command(command)  # fail fast on a bad command, before any folder is made
     if args.runs < 2:
         raise LaunchError(f"--runs must be at least 2 to compare runs; got {args.runs}")
+    workers = args.workers
+    if workers is not None:
+        from tfrepro.launching.workers import check_worker_count
+
+        check_worker_count(workers)
+        if args.gradients:
+            raise LaunchError(GRADIENTS_WITH_WORKERS)
     out = _out_dir(args.out, "tfrepro-check-")
+    title = f"tfrepro check: {args.runs} runs" + (f" x {workers} worker(s)" if workers is not None else "")
     try:
-        result = rendering.with_progress(f"tfrepro check: {args.runs} runs", args.runs,
+        result = rendering.with_progress(title, args.runs,
                                          lambda on_run: check(command, runs=args.runs, config=config, out=out,
-                                                              on_run=on_run))
+                                                              on_run=on_run, workers=workers))
     except RunInterrupted as interrupted:
         print(f"tfrepro check: interrupted: {interrupted}; rerun the same tfrepro check to start over",
               file=sys.stderr)
@@ -344,18 +372,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint-every", default=None, metavar="epoch|N",
                      help="checkpoint at every epoch end (default) or every N batches")
     run.add_argument("--checkpoint-keep", type=int, default=None, metavar="N", help="keep the newest N (default 3)")
+    run.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="start N workers of the command on this machine, a tf.distribute cluster on localhost "
+                          "(TF_CONFIG generated; worker 0 is the chief); output lines get a [worker K] prefix; when "
+                          "one fails, or at Ctrl-C, all are stopped; exit code: the first non-zero one")
     _add_launch_options(run)
     run.set_defaults(func=cmd_run, parser=run)
 
     check = sub.add_parser("check", help="run a script N times and name the first divergence",
                            description="Run an unmodified script N times in fresh interpreters (as "
                                        "`tfrepro run` does), record every Model.fit, and compare each run "
-                                       "with the first. Exit 0 identical, 1 diverged, 2 a run failed.")
+                                       "with the first (with --workers, every worker with worker 0 first). "
+                                       "Exit 0 identical, 1 diverged, 2 a run failed.")
     check.add_argument("--runs", type=int, default=2, help="how many runs (default 2)")
     check.add_argument("--out", default=None, help="folder for traces and logs (default: a new temporary folder, "
                                                    "kept; its path is printed)")
     check.add_argument("--no-patch", action="store_true", help="run without tfrepro.patch (negative control)")
     check.add_argument("--gradients", action="store_true", help="also compare every applied gradient")
+    check.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="run each run as N localhost workers (as `tfrepro run --workers N`), each recording in "
+                            "run-K/worker-W; every worker is compared with worker 0 at every step, then run to run")
     _add_launch_options(check)
     check.set_defaults(func=cmd_check, parser=check)
 

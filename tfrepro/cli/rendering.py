@@ -133,15 +133,22 @@ def print_check(result: CheckResult, out: Path, diagnose_with: str | None = None
         out_console.print(Text.assemble(("diverged:", "bold red"), f" {comparison.fit_count_mismatch}"))
     first = comparison.first_divergence
     if first is not None:
-        out_console.print(Text.assemble(("diverged:", "bold red"), f" run {first.run} vs run 0, Model.fit call {first.fit}"))
+        out_console.print(Text.assemble(("diverged:", "bold red"), f" {first.headline}"))
         show(comparison_view(first.comparison), str(first.comparison))
-    if not comparison.identical and diagnose_with:
+    if first is not None and first.across == "workers":
+        out_console.print("the workers disagree, and a mirrored variable must be the same bits on every worker: look "
+                          "in that layer for code that runs on some workers only (a task-index branch), a variable "
+                          "updated without aggregation, or a value drawn per worker and assigned to it",
+                          markup=False, highlight=False)
+    elif not comparison.identical and diagnose_with:
         out_console.print(f"to find the layer or op at fault: {diagnose_with}", markup=False, highlight=False)
     if comparison.identical:
         records = comparison.comparisons[0].records_compared if comparison.comparisons else 0
+        workers = f"{comparison.workers} workers (each against worker 0 at every record) x " \
+            if comparison.workers > 1 else ""
         out_console.print(Text.assemble(("identical:", "bold green"),
-                                        f" {comparison.runs} runs x {comparison.fits_per_run[0]} Model.fit call(s), "
-                                        f"{records} records each compared bit for bit"))
+                                        f" {comparison.runs} runs x {workers}{comparison.fits_per_run[0]} Model.fit "
+                                        f"call(s), {records} records each compared bit for bit"))
     out_console.print(f"traces and logs: {out}")
 
 

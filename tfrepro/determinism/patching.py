@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 
 from tfrepro import _tf
-from tfrepro.determinism import fit_shuffling, initialisers, reporting, seeding, state, switches
+from tfrepro.determinism import distribution, fit_shuffling, initialisers, reporting, seeding, state, switches
 from tfrepro.errors import warn
 from tfrepro.ops.selection import select_ops, summation_of
 
@@ -44,6 +44,8 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
       Each rebinds TF's names and the internal call sites Keras and TF's gradients use.
     - ``fit(shuffle=True)`` on arrays shuffles each epoch by the seed and the epoch
       (``fit_shuffling``): every epoch another order, the same in every run.
+    - ``tf.distribute.MultiWorkerMirroredStrategy`` all-reduces with RING, not AUTO (which may pick
+      NCCL), and Keras 3 can ``fit`` under it (``distribution``).
     - ``init="keyed"`` keys each weight's initial value by the seed and the weight's layer name and
       weight name, so adding or removing other layers leaves it unchanged (``initialisers``);
       ``init="order"`` (the default) draws in creation order, as earlier releases did.
@@ -124,6 +126,7 @@ def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], thr
     _replace_ops(applied, *ops)
     fit_shuffling.follow_the_seed()
     initialisers.follow_the_scheme()
+    distribution.follow_the_patch()
     if applied.undo_keras_jit is None:
         applied.undo_keras_jit = _guard_keras_auto_jit()
     return late

@@ -13,7 +13,8 @@ seed make one computation, whichever of them runs it:
 - Python's ``random`` and NumPy's global RNG start from S, as if seeded on the script's first line.
   Importing TensorFlow never moves them (TF's import draws from Python's ``random``: the launcher
   puts it back, and ``patch`` seeds after importing TF).
-- TensorFlow: global seed S (``tf.random.set_seed``), a global ``tf.random.Generator`` from S.
+- TensorFlow: global seed S (``tf.random.set_seed``), a global ``tf.random.Generator`` from S (made
+  on first use when TF's runtime has not started, so that devices and collectives can still be set up).
 - Keras, whenever it is imported: Keras 3's global ``SeedGenerator`` starts afresh; Keras 2's
   internal seed generator is cleared, so layer seeds come from Python's ``random`` as in Keras 3,
   and Keras 2's random layers draw from ``tf.random.Generator``s (``enable_tf_random_generator``),
@@ -25,6 +26,7 @@ seed make one computation, whichever of them runs it:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -32,6 +34,7 @@ import json
 import numbers
 import random
 import sys
+import threading
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -109,8 +112,69 @@ def seed_frameworks(seed: int) -> None:
         with preserving_host_rngs():
             tf = _tf.import_tf()
         tf.random.set_seed(seed)
-        tf.random.set_global_generator(tf.random.Generator.from_seed(seed))
+        _seed_tf_global_generator(tf, seed)
     _seed_keras_whenever_it_loads()
+
+
+_generator_seed: int | None = None  # the seed of TF's global Generator until it is made
+_generator_hooked = False
+_generator_lock = threading.Lock()  # replicas trace in threads
+
+
+def _seed_tf_global_generator(tf: ModuleType, seed: int) -> None:
+    """Make TF's global ``tf.random.Generator`` start from ``seed``. Before TF's runtime has started,
+    it is made on first use (``tf.random.get_global_generator()``): a Generator's state is a
+    variable, and making one starts the runtime, after which TF can no longer set up devices, thread
+    pools or collective ops (``MultiWorkerMirroredStrategy`` raises "Collective ops must be configured
+    at program startup")."""
+    global _generator_seed, _generator_hooked
+    from tensorflow.python.ops import stateful_random_ops
+
+    if _tf.runtime_initialized():
+        _generator_seed = None
+        tf.random.set_global_generator(tf.random.Generator.from_seed(seed))
+        return
+    stateful_random_ops.global_generator = None
+    _generator_seed = seed
+    if _generator_hooked:
+        return
+    _generator_hooked = True
+    original = stateful_random_ops.get_global_generator
+
+    @functools.wraps(original)
+    def get_global_generator() -> Any:
+        _made_global_generator()
+        return original()
+
+    compat = getattr(tf, "compat", None)
+    for namespace in (stateful_random_ops, tf.random, getattr(tf.random, "experimental", None),
+                      *(getattr(getattr(getattr(compat, version, None), "random", None), "experimental", None)
+                        for version in ("v1", "v2")),
+                      getattr(getattr(compat, "v2", None), "random", None)):
+        if namespace is not None and getattr(namespace, "get_global_generator", None) is original:
+            namespace.get_global_generator = get_global_generator
+
+
+def make_due_global_generator() -> None:
+    """Make the global Generator that ``_seed_tf_global_generator`` left to its first use, if due
+    (``tfrepro.determinism.distribution`` calls it once a strategy exists, outside its scope)."""
+    _made_global_generator()
+
+
+def _made_global_generator() -> None:
+    global _generator_seed
+    if _generator_seed is None:
+        return
+    from tensorflow.python.ops import stateful_random_ops
+
+    with _generator_lock:
+        if _generator_seed is None or stateful_random_ops.global_generator is not None:
+            return
+        import tensorflow as tf
+
+        with tf.init_scope():
+            tf.random.set_global_generator(tf.random.Generator.from_seed(_generator_seed))
+        _generator_seed = None
 
 
 def _seed_keras_whenever_it_loads() -> None:
@@ -198,11 +262,13 @@ def _set_python_state(rng: random.Random, state: list[Any]) -> None:
 
 
 def _tf_global_generator() -> Any:
-    """TF's global Generator if one exists; never creates one (that would raise under determinism)."""
+    """TF's global Generator if one exists (or a seeded one is due: it is made now); never creates an
+    unseeded one (that would raise under determinism)."""
     if not _tf.tf_imported():
         return None
     from tensorflow.python.ops import stateful_random_ops
 
+    _made_global_generator()
     return getattr(stateful_random_ops, "global_generator", None)
 
 

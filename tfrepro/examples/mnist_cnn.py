@@ -9,6 +9,10 @@ printed weight digests:
     tfrepro run --seed 42 -- python -m tfrepro.examples.mnist_cnn
     tfrepro run --seed 42 -- python -m tfrepro.examples.mnist_cnn
 
+``--strategy multi-worker`` builds and trains it under ``tf.distribute.MultiWorkerMirroredStrategy``
+(``TF_CONFIG`` names the cluster; ``tfrepro run --workers 2`` makes one on localhost);
+``--strategy mirrored`` under ``MirroredStrategy`` on this machine's devices.
+
 Data: MNIST from the Keras cache when present, else scikit-learn's bundled digits (offline).
 """
 
@@ -74,15 +78,21 @@ def main(argv: list[str] | None = None) -> None:
                              "(default); arrays: the arrays straight to fit(shuffle=True)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed the usual way, keras.utils.set_random_seed(SEED) (default: no seeds)")
+    parser.add_argument("--strategy", choices=("none", "mirrored", "multi-worker"), default="none",
+                        help="train under no tf.distribute strategy (default), MirroredStrategy, or "
+                             "MultiWorkerMirroredStrategy (the cluster from TF_CONFIG)")
     args = parser.parse_args(argv)
+    strategy = {"none": tf.distribute.get_strategy, "mirrored": tf.distribute.MirroredStrategy,
+                "multi-worker": tf.distribute.MultiWorkerMirroredStrategy}[args.strategy]()
 
     if args.seed is not None:
         tf.keras.utils.set_random_seed(args.seed)
     data = load_mnist(allow_download=not args.offline, limit=args.limit)
     print(f"data: {data.description}, {len(data.x_train)} training images")
     keras = tf.keras
-    model = build_model(keras)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    with strategy.scope():
+        model = build_model(keras)
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     start = time.perf_counter()
     if args.input == "augmented":
         inputs = {"x": training_data(data.x_train, data.y_train, args.batch_size)}

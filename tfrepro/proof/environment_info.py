@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro import _tf
-from tfrepro.determinism import state
+from tfrepro.determinism import distribution, state
 
 # The environment variables recorded, by name: those that TensorFlow, XLA, CUDA and the CPU math
 # libraries read and that can change results, with where each is documented. Anything else, even
@@ -101,7 +101,8 @@ def _tensorflow_part() -> dict[str, Any]:
 
 def environment() -> dict[str, Any]:
     """Fingerprint this process: Python, OS, CPU, library versions, CUDA/cuDNN build, GPUs and
-    driver, determinism-relevant environment variables, thread pools, oneDNN and op determinism.
+    driver, determinism-relevant environment variables, thread pools, oneDNN, op determinism, and
+    the ``TF_CONFIG`` cluster with the collective implementation of each MultiWorkerMirroredStrategy.
 
     Imports TensorFlow if it is installed (call it after ``patch``). The result is plain JSON data.
     """
@@ -125,7 +126,17 @@ def environment() -> dict[str, Any]:
         "onednn": _tf.onednn(),
         "python_hash_seed": state.STARTUP_HASHSEED,
         "env": {name: os.environ[name] for name in sorted(RECORDED_VARIABLES) if name in os.environ},
+        "distribution": _distribution(),
     }
+
+
+def _distribution() -> dict[str, Any]:
+    """The ``TF_CONFIG`` cluster, and the collectives of the MultiWorkerMirroredStrategies built (the
+    key only when there is one: a trace from before it was recorded compares equal)."""
+    found: dict[str, Any] = {"cluster": distribution.cluster()}
+    if distribution.chosen():
+        found["collectives"] = distribution.chosen()
+    return found
 
 
 # Keys whose difference is known to change bits, with the reason; matched by prefix.
@@ -154,6 +165,8 @@ _BREAKING = {
     "env.CUDA_VISIBLE_DEVICES": "a different set of GPUs is used",
     "env.OMP_NUM_THREADS": "CPU results depend on thread counts",
     "env.NVIDIA_TF32_OVERRIDE": "TF32 changes matmul precision",
+    "distribution.cluster.workers": "another number of workers splits the batch and sums the gradients differently",
+    "distribution.collectives": "another collective implementation all-reduces in another order",
 }
 
 
