@@ -27,7 +27,8 @@ pids = Path(sys.argv[2])
 mine = [os.getpid()]
 if "--child" in sys.argv:
     mine.append(subprocess.Popen(["sleep", "120"]).pid)
-(pids / f"{worker}.pids").write_text(" ".join(map(str, mine)))
+(pids / f"{worker}.part").write_text(" ".join(map(str, mine)))
+os.replace(pids / f"{worker}.part", pids / f"{worker}.pids")  # whole when it appears: the tests poll for it
 print("holding", flush=True)
 if "--die" in sys.argv:
     index = sys.argv.index("--die")

@@ -112,6 +112,8 @@ def _run_workers(command: list[str], env: dict[str, str], workers: int) -> int:
               file=sys.stderr)
     elif outcome.stopped_by:
         print(f"tfrepro run: {outcome.stopped_by}; every worker was stopped", file=sys.stderr)
+    elif outcome.returncode:
+        print(f"tfrepro run: worker {outcome.first_failed} exited with {outcome.returncode}", file=sys.stderr)
     return outcome.returncode
 
 
