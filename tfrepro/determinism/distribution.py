@@ -160,7 +160,11 @@ def _repair_keras3(module: ModuleType) -> None:
     if build is None or reduce_per_replica is None or multi_worker is None:
         return
     import tensorflow as tf
-    from keras.src import tree
+
+    try:
+        from keras.src import tree
+    except ImportError:  # a Keras 3 without keras.src.tree predates this code path: left as it is
+        return
 
     def repaired(strategy: Any) -> bool:
         return state.active() is not None and strategy is not None and multi_worker(strategy)
