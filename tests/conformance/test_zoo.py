@@ -20,7 +20,9 @@ Columns (capabilities) and what a supported cell demands:
 - ``workers``: built and trained under ``MultiWorkerMirroredStrategy`` on 2 localhost workers,
   ``tfrepro check --workers 2 --runs 2`` says identical: every worker agrees with worker 0 at every
   record, each worker with itself run to run, and the trained variables (optimizer's too) are the
-  same bits on both workers.
+  same bits on both workers;
+- ``exact``: under ``tfrepro run --ops exact`` (the exact tier), a run with 1 thread and a run
+  with 2 threads and oneDNN off give the same bits.
 
 A cell that a capability does not support is in ``REFUSED``: the test demands that the capability
 refuses it by name (the message it must print), and the README lists it (``test_docs``-style check
@@ -56,7 +58,7 @@ KERAS2 = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
 sys.path.insert(0, str(ZOO.parent))
 from zoo_patterns import PATTERNS  # noqa: E402  (the names only: importing zoo.py would load TensorFlow)
 
-CAPABILITIES = ("patch", "check", "doctor", "resume", "seed", "keyed", "workers")
+CAPABILITIES = ("patch", "check", "doctor", "resume", "seed", "keyed", "workers", "exact")
 
 
 def _refused() -> dict[tuple[str, str], str]:
@@ -159,6 +161,9 @@ def _entry_point(folder: Path, entry: str, planted: str = "0", skip: str = "") -
         proc = _tfrepro(folder, "doctor", "--continue", *seed, "--out", str(folder / "out"), *_python("all"), env=env)
     elif entry == "checkpoint":
         proc = _tfrepro(folder, "run", *seed, "--checkpoint", str(folder / "ckpt"), *_python("all"), env=env)
+    elif entry in ("exact", "exact2"):  # the exact tier: 1 thread; 2 threads with oneDNN off
+        variant = ("--threads", "1") if entry == "exact" else ("--threads", "2", "--onednn", "off")
+        proc = _tfrepro(folder, "run", "--ops", "exact", *variant, *seed, *_python("all"), env=env)
     elif entry in ("inscript", "keyed", "keyed2"):
         folder.mkdir(parents=True, exist_ok=True)
         init = "order" if entry == "inscript" else "keyed"
@@ -225,6 +230,7 @@ def _jobs_for(capability: str, pattern: str) -> list[tuple[str, ...]]:
             "doctor": [("doctor", pattern)],
             "resume": [("resume", pattern)],
             "keyed": [("entry", "keyed"), ("entry", "keyed2")],
+            "exact": [("entry", "exact"), ("entry", "exact2")],
             "workers": [("workers", "all")],
             "seed": [*(("entry", e) for e in _ENTRIES if e != "checkpoint"),
                      ("entry", "run", "0", "resume"), ("entry", "checkpoint", "0", "resume")]}[capability]
@@ -286,6 +292,16 @@ def test_keyed(runs, pattern):
     """Keyed initial weights and keyed shuffles: fresh processes, one seed, the same bits."""
     first, second = (_result(runs.get("entry", entry), pattern) for entry in ("keyed", "keyed2"))
     assert first == second
+
+
+@pytest.mark.exact
+@patterns
+def test_exact(runs, pattern):
+    """The exact tier: the same bits with 1 thread and with 2 threads and oneDNN off."""
+    jobs = [runs.get("entry", entry) for entry in ("exact", "exact2")]
+    for job in jobs:
+        _ok(job)
+    assert _result(jobs[0], pattern) == _result(jobs[1], pattern)
 
 
 @patterns

@@ -87,6 +87,7 @@ def test_child_env_sets_what_must_precede_interpreter_start():
     LaunchConfig(seed=2**32 - 1, threads=3, onednn=True, ops="all", trace_dir="/tmp/x y", gradients=True),
     LaunchConfig(seed=7, onednn=False, patch=False),
     LaunchConfig(seed=1, init="keyed"),
+    LaunchConfig(seed=4, ops="exact"),
 ])
 def test_launch_config_round_trips_through_the_child_environment(config):
     assert LaunchConfig.from_env(config.to_env(base={})) == config

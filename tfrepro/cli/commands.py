@@ -46,15 +46,42 @@ def _onednn(value: str) -> bool:
     return value == "on"
 
 
+class _OpsAction(argparse.Action):
+    """``--ops`` alone ("all"), or ``--ops exact``: the next word is taken only when it is
+    ``exact``, so that ``tfrepro run --ops python train.py`` still means ``--ops`` and a command."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, "all")
+
+
+def _exact_ops(argv: Sequence[str]) -> list[str]:
+    """``--ops exact`` (before the command) as ``--ops=exact``, which ``_OpsAction`` cannot see."""
+    argv = list(argv)
+    for i, word in enumerate(argv):
+        if word == "--":
+            break
+        if word == "--ops=exact":
+            return argv[:i] + ["--ops-exact"] + argv[i + 1:]
+        if word == "--ops" and argv[i + 1:i + 2] == ["exact"]:
+            return argv[:i] + ["--ops-exact"] + argv[i + 2:]
+    return argv
+
+
 def _add_launch_options(parser: argparse.ArgumentParser, seed: bool = True) -> None:
     if seed:
         parser.add_argument("--seed", type=int, default=0, help="the seed (default 0), also PYTHONHASHSEED")
     parser.add_argument("--threads", type=int, default=None, help="pin TF's intra/inter-op thread pools to N")
     parser.add_argument("--onednn", type=_onednn, default=None, metavar="on|off", help="set TF_ENABLE_ONEDNN_OPTS")
     ops = parser.add_mutually_exclusive_group()
-    ops.add_argument("--ops", dest="ops", action="store_const", const="all", default="auto",
-                     help="replace every op tfrepro.ops has with its order-invariant version (patch(ops=True)); by "
-                          "default only those this TensorFlow cannot run deterministically on a GPU (ops='auto')")
+    ops.add_argument("--ops", dest="ops", action=_OpsAction, default="auto", metavar="[exact]",
+                     help="--ops: replace every op tfrepro.ops has with its order-invariant version "
+                          "(patch(ops=True)); --ops exact: the exact tier, the same bits across thread counts, "
+                          "oneDNN, XLA and replica counts (patch(ops='exact')); by default only the ops this "
+                          "TensorFlow cannot run deterministically on a GPU (ops='auto')")
+    ops.add_argument("--ops-exact", dest="ops", action="store_const", const="exact", help=argparse.SUPPRESS)
     ops.add_argument("--no-ops", dest="ops", action="store_const", const="none",
                      help="replace no op (patch(ops=False)): the ops above then raise on a GPU")
     parser.add_argument("--init", choices=("order", "keyed"), default="order",
@@ -228,7 +255,7 @@ def _doctor_command(args: argparse.Namespace, command: list[str]) -> str:
     """The ``tfrepro doctor`` command line that diagnoses what ``tfrepro check`` ran."""
     options = [*(["--seed", str(args.seed)] if args.seed else []), *(["--threads", str(args.threads)] if args.threads
                else []), *(["--onednn", "on" if args.onednn else "off"] if args.onednn is not None else []),
-               *({"all": ["--ops"], "none": ["--no-ops"]}.get(args.ops, [])), *(["--init", "keyed"] if args.init == "keyed"
+               *({"all": ["--ops"], "exact": ["--ops", "exact"], "none": ["--no-ops"]}.get(args.ops, [])), *(["--init", "keyed"] if args.init == "keyed"
                else []), *(["--no-patch"] if args.no_patch else [])]
     return shlex.join(["tfrepro", "doctor", *options, "--", *command])
 
@@ -479,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(_exact_ops(sys.argv[1:] if argv is None else argv))
     if unknown:  # reported by the command's own parser, so that the hint names its --help
         (getattr(args, "parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.cmd is None:

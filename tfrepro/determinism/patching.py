@@ -41,7 +41,10 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
       ``patch()`` never leaves an op that throws. ``ops=True`` (or a list of names, see
       ``tfrepro.ops.selection.REPLACEABLE_OPS``) rebinds every op tfrepro has to its bitwise
       order-invariant version (segment sums, bias_add, softmax xent, gather too); ``ops=False`` none.
-      Each rebinds TF's names and the internal call sites Keras and TF's gradients use.
+      ``ops="exact"`` is the exact tier (``tfrepro.ops.exact``): also exact matrix products,
+      convolutions, pooling, dropout, reductions, cross-entropies and Adam/SGD updates, the rest
+      refused by name, so that training gives the same bits across thread counts, oneDNN, XLA and
+      replica counts. Each rebinds TF's names and the internal call sites Keras and TF's gradients use.
     - ``fit(shuffle=True)`` on arrays shuffles each epoch by the seed and the epoch
       (``fit_shuffling``): every epoch another order, the same in every run.
     - ``tf.distribute.MultiWorkerMirroredStrategy`` all-reduces with RING, not AUTO (which may pick

@@ -143,6 +143,13 @@ def _replacements_setting(tf_version: str | None) -> Setting:
                        "cannot run deterministically on a GPU; tfrepro's versions where a GPU is visible, TF's own "
                        "kernels on a CPU, deterministic there, except adjust_contrast)", None,
                        "; ".join(f"{name}: {reasons.get(name, 'selected')}" for name in replaced))
+    if state.active_summation() == "exact_tier":
+        covered = [name for name in replaced if not name.startswith("refused ")]
+        refused = [name[len("refused "):] for name in replaced if name.startswith("refused ")]
+        return Setting("op replacements", f"exact tier (ops='exact'): {len(covered)} ops order-invariant (matmul, convolution, pooling, "
+                       "dropout, sums and cross-entropies exact), "
+                       f"{len(refused)} refused by name, Keras's Adam and SGD updates FMA-proof", None,
+                       "exact: " + ", ".join(covered) + "; refused: " + ", ".join(refused))
     return Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops", None,
                    "order-invariant: " + ", ".join(replaced))
 

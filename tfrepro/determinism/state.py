@@ -35,7 +35,7 @@ class PatchState:
     env: dict[str, str] = field(default_factory=dict)  # what patch() wrote (cumulative over calls)
     saved_env: dict[str, str | None] = field(default_factory=dict)  # their values before the first patch()
     ops: tuple[str, ...] = ()
-    summation: str = "exact"  # how the replaced ops sum: "tf" for ops="auto", "exact" (order-invariant) else
+    summation: str = "exact"  # how the replaced ops sum: "tf" for ops="auto", "exact_tier" for ops="exact", "exact" else
     undo_ops: Callable[[], None] | None = None
     enabled_op_determinism: bool = False  # it was off before patch(), so unpatch() turns it off
     undo_keras_jit: Callable[[], None] | None = None
@@ -71,5 +71,6 @@ def active_ops() -> tuple[str, ...]:
 
 
 def active_summation() -> str:
-    """How the replaced ops sum: "tf" (``ops="auto"``) or "exact" (order-invariant)."""
+    """How the replaced ops sum: "tf" (``ops="auto"``), "exact_tier" (``ops="exact"``) or "exact"
+    (order-invariant)."""
     return "exact" if _active is None else _active.summation

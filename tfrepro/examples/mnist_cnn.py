@@ -28,18 +28,19 @@ import tensorflow as tf
 from tfrepro.examples.datasets import load_mnist
 
 
-def build_model(keras, num_classes: int = 10):
-    """Conv-Conv-MaxPool-Dropout-Flatten-Dense-Dropout-Dense, as in the Keras MNIST example."""
+def build_model(keras, num_classes: int = 10, dropout: bool = True):
+    """Conv-Conv-MaxPool-Dropout-Flatten-Dense-Dropout-Dense, as in the Keras MNIST example
+    (``dropout=False``: without the two Dropout layers)."""
     layers = keras.layers
     return keras.Sequential([
         keras.Input(shape=(28, 28, 1)),
         layers.Conv2D(32, 3, activation="relu"),
         layers.Conv2D(64, 3, activation="relu"),
         layers.MaxPooling2D(2),
-        layers.Dropout(0.25),
+        *([layers.Dropout(0.25)] if dropout else []),
         layers.Flatten(),
         layers.Dense(128, activation="relu"),
-        layers.Dropout(0.5),
+        *([layers.Dropout(0.5)] if dropout else []),
         layers.Dense(num_classes, activation="softmax"),
     ])
 
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--strategy", choices=("none", "mirrored", "multi-worker"), default="none",
                         help="train under no tf.distribute strategy (default), MirroredStrategy, or "
                              "MultiWorkerMirroredStrategy (the cluster from TF_CONFIG)")
+    parser.add_argument("--jit-compile", action="store_true", help="compile(jit_compile=True): train with XLA")
+    parser.add_argument("--no-dropout", action="store_true", help="build the CNN without its Dropout layers")
     args = parser.parse_args(argv)
     strategy = {"none": tf.distribute.get_strategy, "mirrored": tf.distribute.MirroredStrategy,
                 "multi-worker": tf.distribute.MultiWorkerMirroredStrategy}[args.strategy]()
@@ -91,8 +94,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"data: {data.description}, {len(data.x_train)} training images")
     keras = tf.keras
     with strategy.scope():
-        model = build_model(keras)
-        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        model = build_model(keras, dropout=not args.no_dropout)
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                      **({"jit_compile": True} if args.jit_compile else {}))
     start = time.perf_counter()
     if args.input == "augmented":
         inputs = {"x": training_data(data.x_train, data.y_train, args.batch_size)}

@@ -24,7 +24,7 @@ ENV_NAMES = {
 }
 
 
-OPS_CHOICES = {"auto": "auto", "all": True, "none": False}  # --ops value -> patch(ops=...)
+OPS_CHOICES = {"auto": "auto", "all": True, "none": False, "exact": "exact"}  # --ops value -> patch(ops=...)
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class LaunchConfig:
     seed: int = 0
     threads: int | None = None
     onednn: bool | None = None
-    ops: str = "auto"  # "auto", "all" or "none" (True/False are read as "all"/"none")
+    ops: str = "auto"  # "auto", "all", "exact" or "none" (True/False are read as "all"/"none")
     init: str = "order"  # patch(init=...): "order" or "keyed"
     patch: bool = True
     trace_dir: str | None = None

@@ -10,6 +10,10 @@ accuracy bound), so permuting the inputs or changing the device, thread count or
 change a bit. ``tfrepro.patch(ops=True)`` rebinds TensorFlow's names, and the internal call sites
 that Keras and TF's gradient code use, to these ops (``rebinding``; ``selection`` names them).
 
+``exact`` is the exact tier (``patch(ops="exact")``): exact, order-invariant matrix products,
+convolutions, pooling, dropout, losses and optimizer updates, for the same bits across thread
+counts, oneDNN, XLA and replica counts.
+
 ``kernel_facts`` is the table of ops that have no deterministic GPU kernel, by TensorFlow version
 (TF-free), which ``tfrepro.diagnose`` scans against. Importing this package is free; the first op
 accessed imports TensorFlow. The ops package imports

@@ -180,15 +180,15 @@ class _Axes:
         """The int64 sums (exact in any order and grouping). Sums over leading axes (a bias gradient)
         go in blocks of rows: TF's int64 reduction over a leading axis is slow."""
         if self.plan.accumulator == "float64_limbs":  # TF's GPU reductions sum no int64
-            return _int64_sum_by_limbs(quantised, lambda limb: tf.reduce_sum(limb, self.axis, keepdims=True))
+            return _int64_sum_by_limbs(quantised, lambda limb: _stock.reduce_sum(limb, self.axis, keepdims=True))
         lead = _leading_block(self.axis, quantised.shape.rank)
         if lead is None:
-            return tf.reduce_sum(quantised, self.axis, keepdims=True)
+            return _stock.reduce_sum(quantised, self.axis, keepdims=True)
         shape = tf.shape(quantised)
         rows = tf.reshape(quantised, tf.stack([tf.reduce_prod(shape[:lead]), tf.reduce_prod(shape[lead:])]))
         whole = tf.shape(rows)[0] // _ROW_BLOCK * _ROW_BLOCK
         blocks = tf.reshape(rows[:whole], tf.stack([-1, _ROW_BLOCK, tf.shape(rows)[1]]))
-        total = tf.reduce_sum(tf.reduce_sum(blocks, 1), 0) + tf.reduce_sum(rows[whole:], 0)
+        total = _stock.reduce_sum(_stock.reduce_sum(blocks, 1), 0) + _stock.reduce_sum(rows[whole:], 0)
         return tf.reshape(total, tf.concat([tf.ones([lead], tf.int32), shape[lead:]], 0))
 
 
@@ -316,7 +316,7 @@ def _chunked_int64_sums(x: tf.Tensor, scaled, groups: _Segments, check: bool) ->
     def step(start: tf.Tensor, end: tf.Tensor, totals: tf.Tensor, exact: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         values = scaled(start, end)
         if check:
-            exact &= tf.equal(tf.reduce_sum(values - tf.floor(values)), 0)  # a sum of non-negatives
+            exact &= tf.equal(_stock.reduce_sum(values - tf.floor(values)), 0)  # a sum of non-negatives
         return totals + groups.accumulate(tf.cast(values, tf.int64), groups.slot[start:end], groups.slots), exact
 
     zeros = tf.zeros(tf.stack([groups.slots, tf.shape(x)[1]]), tf.int64)
@@ -463,7 +463,7 @@ def _working(data: tf.Tensor) -> tf.Tensor:
 
 
 def _exact_sum(x: tf.Tensor, groups: _Segments | _Axes) -> tf.Tensor:
-    all_finite = tf.math.is_finite(tf.reduce_sum(x))  # any NaN or infinity makes the sum non-finite
+    all_finite = tf.math.is_finite(_stock.reduce_sum(x))  # any NaN or infinity makes the sum non-finite
     return tf.cond(all_finite, lambda: _finite_sum(x, groups), lambda: _with_non_finite(x, groups))
 
 

@@ -16,3 +16,12 @@ crop_and_resize = tf.raw_ops.CropAndResize
 reduce_sum = tf.reduce_sum
 fused_batch_norm = tf.compat.v1.nn.fused_batch_norm
 adjust_contrastv2 = tf.raw_ops.AdjustContrastv2
+reduce_mean = tf.reduce_mean
+matmul = tf.linalg.matmul
+einsum = tf.einsum
+convolution = tf.nn.convolution
+conv2d = tf.nn.conv2d
+max_pool = tf.nn.max_pool
+avg_pool = tf.nn.avg_pool
+stateless_dropout = getattr(tf.nn.experimental, "stateless_dropout", None)  # TF >= 2.9 (the exact tier's)
+extract_patches = tf.image.extract_patches

@@ -133,8 +133,17 @@ def _summing(replacement: Callable[..., Any], mode: str, original: Callable[...,
 
 def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]:
     """Point every target of the named ops at tfrepro's op, summing order-invariantly ("exact") or
-    with TF's sums, deterministic under op determinism ("tf", for ``patch(ops="auto")``); returns
-    the undo."""
+    with TF's sums, deterministic under op determinism ("tf", for ``patch(ops="auto")``), or as the
+    exact tier ("exact_tier", ``patch(ops="exact")``: ``tfrepro.ops.exact``'s ops where it has
+    them, its refusals, and Keras's optimizers made FMA-proof); returns the undo."""
+    table = TABLE
+    undo_optimizers = None
+    if summation == "exact_tier":
+        from tfrepro.ops import exact
+        from tfrepro.ops.exact import optimizers
+
+        table, summation = {**TABLE, **exact.table()}, "exact"
+        undo_optimizers = optimizers.install()
     saved: list[tuple[Any, str, Any]] = []
     views: dict[tuple[int, str], dict[str, Any]] = {}
     owners: dict[tuple[int, str], Any] = {}
@@ -142,10 +151,12 @@ def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]
     def undo() -> None:
         for owner, attribute, original in reversed(saved):
             setattr(owner, attribute, original)
+        if undo_optimizers is not None:
+            undo_optimizers()
 
     try:  # all or nothing
         for name in names:
-            replacement, targets = TABLE[name]
+            replacement, targets = table[name]
             bound = 0
             for target in _with_compat_v2(targets):
                 try:

@@ -297,7 +297,7 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
     with tf.name_scope(name or "DeterministicReduceSum"):
         x = tf.convert_to_tensor(input_tensor)
         if not (x.dtype.is_floating or x.dtype.is_complex):
-            return tf.reduce_sum(x, axis=axis, keepdims=keepdims)
+            return _stock.reduce_sum(x, axis=axis, keepdims=keepdims)
         if x.dtype.is_complex:
             return tf.complex(reduce_sum(tf.math.real(x), axis, keepdims), reduce_sum(tf.math.imag(x), axis, keepdims))
         if current_plan().accumulator.startswith("tf"):  # TF's sum: deterministic under op determinism

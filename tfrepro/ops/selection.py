@@ -5,11 +5,15 @@
 GPU, read from ``kernel_facts``, and replaces it with versions built on TF's own sums, which TF runs
 deterministically under op determinism ("tf" summation: fast, deterministic, not order-invariant);
 ``ops=True`` or a list selects tfrepro's order-invariant versions ("exact" summation).
+``ops="exact"`` selects the exact tier (``tfrepro.ops.exact``): all of those, plus exact matrix
+products, convolutions, pooling, dropout, reductions, cross-entropies and optimizer updates, and
+refusals for what it does not cover ("exact_tier" summation).
 """
 
 from __future__ import annotations
 
-from tfrepro.ops import kernel_facts
+from tfrepro.ops import exact, kernel_facts
+from tfrepro.ops.exact import refusals
 
 REPLACEABLE_OPS = (
     "unsorted_segment_sum", "unsorted_segment_mean", "unsorted_segment_sqrt_n", "segment_sum", "segment_mean",
@@ -36,12 +40,15 @@ def select_ops(ops: object, tf_version: str | None = None) -> tuple[str, ...]:
     False none, else a list of names."""
     if ops == "auto":
         return tuple(auto_ops(tf_version)) if (tf_version or kernel_facts.installed_version()) else ()
+    if ops == "exact":
+        exact_tier = exact.EXACT_OPS + tuple(f"refused {api}" for api in refusals.REFUSED)
+        return tuple(name for name in REPLACEABLE_OPS if name not in exact_tier) + exact_tier
     if ops is True:
         return REPLACEABLE_OPS
     if ops is False or ops is None:
         return ()
     if isinstance(ops, str) or not isinstance(ops, (list, tuple, set, frozenset)):
-        raise TypeError(f"ops must be 'auto', True, False or a list of op names; got {ops!r}")
+        raise TypeError(f"ops must be 'auto', 'exact', True, False or a list of op names; got {ops!r}")
     unknown = [name for name in ops if name not in REPLACEABLE_OPS]
     if unknown:
         raise ValueError(f"unknown op(s) {unknown}; tfrepro.ops replaces: {', '.join(REPLACEABLE_OPS)}")
@@ -49,5 +56,6 @@ def select_ops(ops: object, tf_version: str | None = None) -> tuple[str, ...]:
 
 
 def summation_of(ops: object) -> str:
-    """How the ops selected by ``ops`` sum: "tf" for "auto", "exact" (order-invariant) otherwise."""
-    return "tf" if ops == "auto" else "exact"
+    """How the ops selected by ``ops`` sum: "tf" for "auto", "exact_tier" for "exact", "exact"
+    (order-invariant) otherwise."""
+    return {"auto": "tf", "exact": "exact_tier"}.get(ops, "exact") if isinstance(ops, str) else "exact"

@@ -1,0 +1,137 @@
+"""The exact tier's cost on this CPU, measured side by side in one run: each exact op against TF's
+op, then the Keras MNIST CNN's epoch under ``patch(ops="exact")`` against ``patch(ops="auto")``,
+and the two arms' final losses over a few seeds compared with ``tfrepro.compare_sweeps`` (do the
+exact ops train as well?). Not a test: the figures are printed only.
+
+    python bench/exact_cost.py [--seeds 3] [--limit 2048] [--reps 5]
+
+Per op: forward + backward as a tf.function, best of --reps after a warm-up, the two alternating.
+Whole model: a fresh process per arm and seed trains 2 epochs (batch 64) and times the second, so
+tracing and compilation are left out; the ratio is the median over the seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import PYTHON, median, run  # noqa: E402
+
+
+def _child(ops: str, seed: int, limit: int) -> None:
+    import tfrepro
+
+    tfrepro.patch(seed, ops=ops)
+    import tensorflow as tf
+
+    from tfrepro.examples.datasets import load_mnist
+    from tfrepro.examples.mnist_cnn import build_model
+
+    data = load_mnist(allow_download=False, limit=limit)
+    model = build_model(tf.keras)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    times = []
+
+    class Timer(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            times.append(time.perf_counter() - self.start)
+
+    history = model.fit(data.x_train, data.y_train, batch_size=64, epochs=2, verbose=0, callbacks=[Timer()])
+    print(json.dumps({"epoch_s": times[-1], "loss": history.history["loss"][-1]}))
+
+
+def _per_op(reps: int) -> list[tuple[str, float, float]]:
+    import numpy as np
+    import tensorflow as tf
+
+    from tfrepro.ops import segment
+    from tfrepro.ops.exact import convolutions, linalg, losses, noise, pooling, reductions
+
+    rng = np.random.default_rng(0)
+
+    def var(*shape):
+        return tf.Variable(rng.standard_normal(shape).astype(np.float32))
+
+    def step(op, *inputs):
+        @tf.function
+        def run_op():
+            with tf.GradientTape() as tape:
+                out = op(*inputs)
+            grads = tape.gradient(out, inputs, output_gradients=tf.ones_like(out))
+            return out, grads
+
+        return run_op
+
+    x1, w1 = var(64, 28, 28, 1), var(3, 3, 1, 32)
+    x2, w2 = var(64, 26, 26, 32), var(3, 3, 32, 64)
+    d1, k1, b1 = var(64, 9216), var(9216, 128), var(128)
+    pool_in, logits = var(64, 24, 24, 64), var(64, 10)
+    labels = tf.constant(rng.integers(0, 10, 64))
+    seed = tf.constant([1, 2])
+    cases = {
+        "Conv2D 28x28x1 -> 32 (fwd+bwd)": (lambda x, w: convolutions.convolution(x, w), tf.nn.convolution, (x1, w1)),
+        "Conv2D 26x26x32 -> 64 (fwd+bwd)": (lambda x, w: convolutions.convolution(x, w), tf.nn.convolution, (x2, w2)),
+        "Dense 9216 -> 128 matmul (fwd+bwd)": (linalg.matmul, tf.linalg.matmul, (d1, k1)),
+        "bias_add 64x128 (fwd+bwd)": (reductions.bias_add, tf.nn.bias_add, (tf.Variable(tf.zeros([64, 128])), b1)),
+        "MaxPool 2x2 (fwd+bwd)": (lambda x: pooling.max_pool(x, 2, 2, "VALID"), lambda x: tf.nn.max_pool(x, 2, 2, "VALID"), (pool_in,)),
+        "Dropout 0.25 (fwd+bwd)": (lambda x: noise.stateless_dropout(x, 0.25, seed),
+                                   lambda x: tf.nn.experimental.stateless_dropout(x, 0.25, seed), (pool_in,)),
+        "sparse softmax xent 64x10 (fwd+bwd)": (
+            lambda z: losses.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=z),
+            lambda z: tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=z), (logits,)),
+        "reduce_sum 64x9216 over the batch": (lambda x: segment.reduce_sum(x, axis=0), lambda x: tf.reduce_sum(x, axis=0), (d1,)),
+    }
+    rows = []
+    for name, (exact_op, stock_op, inputs) in cases.items():
+        exact_run, stock_run = step(exact_op, *inputs), step(stock_op, *inputs)
+        exact_run(), stock_run()
+        best = {"exact": float("inf"), "stock": float("inf")}
+        for _ in range(reps):
+            for arm, fn in (("exact", exact_run), ("stock", stock_run)):
+                start = time.perf_counter()
+                fn()
+                best[arm] = min(best[arm], time.perf_counter() - start)
+        rows.append((name, best["exact"] * 1e3, best["stock"] * 1e3))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--limit", type=int, default=2048)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--child", nargs=2, metavar=("OPS", "SEED"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return _child(args.child[0], int(args.child[1]), args.limit)
+
+    print("per op (ms, best of %d): exact / TF = ratio" % args.reps)
+    for name, exact_ms, stock_ms in _per_op(args.reps):
+        print(f"  {name:40s} {exact_ms:8.2f} / {stock_ms:7.2f} = {exact_ms / stock_ms:5.1f}x")
+
+    import tfrepro
+
+    results = {"exact": [], "auto": []}
+    for seed in range(args.seeds):
+        for ops in ("auto", "exact"):
+            out = run([PYTHON, __file__, "--limit", str(args.limit), "--child", ops, str(seed)])
+            results[ops].append(json.loads(out.strip().splitlines()[-1]))
+    ratios = [e["epoch_s"] / a["epoch_s"] for e, a in zip(results["exact"], results["auto"])]
+    print(f"MNIST CNN epoch ({args.limit} images, batch 64, 2 CPU cores): exact "
+          f"{median([r['epoch_s'] for r in results['exact']]):.2f} s, auto "
+          f"{median([r['epoch_s'] for r in results['auto']]):.2f} s: {median(ratios):.1f}x (median of {args.seeds} seeds)")
+    comparison = tfrepro.compare_sweeps([r["loss"] for r in results["auto"]], [r["loss"] for r in results["exact"]])
+    print("final loss after 2 epochs, auto: " + ", ".join(f"{r['loss']:.4f}" for r in results["auto"]))
+    print("final loss after 2 epochs, exact: " + ", ".join(f"{r['loss']:.4f}" for r in results["exact"]))
+    print(f"compare_sweeps(auto, exact): {comparison}")
+
+
+if __name__ == "__main__":
+    main()

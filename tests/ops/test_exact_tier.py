@@ -1,0 +1,392 @@
+"""The exact tier's ops (``tfrepro.ops.exact``), in one process: each is bitwise invariant under
+permutation of its reduction axis and under splitting of the batch, within its documented accuracy
+bound against float64, and gives the same bits compiled by XLA and not (the fresh-process runs
+across thread counts, oneDNN and replicas are in ``test_exact_training.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfrepro.ops.exact import _fixed, convolutions, linalg, losses, noise, pooling, reductions
+
+RNG = np.random.default_rng(0)
+
+
+def bits(x) -> bytes:
+    return np.ascontiguousarray(np.asarray(x)).tobytes()
+
+
+def xla(f):
+    return tf.function(f, jit_compile=True, autograph=False)
+
+
+def _scaled(shape, spread: int) -> np.ndarray:
+    """Normal data times powers of two spread over ``spread`` binades."""
+    return (RNG.standard_normal(shape) * 2.0 ** RNG.integers(-spread, spread + 1, shape)).astype(np.float32)
+
+
+def matmul_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The documented bound (``_fixed``): K * 2**(ea + eb) * (2**-a_bits + 2**-b_bits) / 2, plus the
+    square of the quantisation terms, plus half an ulp of the result."""
+    k = a.shape[-1]
+    total = min(46, 62 - int(np.ceil(np.log2(k))) if k > 1 else 62)
+    a_bits = total - total // 2
+    b_bits = total - a_bits
+    ea = np.floor(np.log2(np.abs(a).max(-1, keepdims=True))) + 1
+    eb = np.floor(np.log2(np.abs(b).max(-2, keepdims=True))) + 1
+    scale = k * 2.0 ** (ea + eb)
+    quantisation = scale * ((2.0**-a_bits + 2.0**-b_bits) / 2 + 2.0 ** -(a_bits + b_bits) / 4)
+    return quantisation
+
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 40), k=st.integers(1, 700), n=st.integers(1, 24), spread=st.integers(0, 12))
+def test_matmul_is_invariant_under_permutation_and_batch_split_and_within_its_bound(m, k, n, spread):
+    a, b = _scaled((m, k), spread), _scaled((k, n), spread)
+    c = linalg.matmul(a, b).numpy()
+    order = RNG.permutation(k)
+    assert bits(c) == bits(linalg.matmul(a[:, order], b[order]).numpy())
+    if m > 1:
+        half = m // 2
+        assert bits(c) == bits(np.concatenate([linalg.matmul(a[:half], b), linalg.matmul(a[half:], b)]))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(c - exact) <= matmul_bound(a, b) + ulp / 2)
+
+
+def test_matmul_is_as_accurate_as_float32_on_training_shapes():
+    """On Dense/convolution-like data the error is no worse than TF's float32 matmul's."""
+    for shape in [(64, 9216, 128), (1024, 576, 64), (9216, 64, 128)]:
+        a, b = _scaled(shape[:2], 0), _scaled(shape[1:], 0)
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        ours = np.abs(linalg.matmul(a, b).numpy() - exact).max()
+        stock = np.abs(tf.linalg.matmul(a, b).numpy() - exact).max()
+        assert ours <= stock, (shape, ours, stock)
+
+
+def test_matmul_gradients_are_exact_products_and_xla_gives_the_same_bits():
+    a, b = tf.constant(_scaled((33, 70), 3)), tf.constant(_scaled((70, 9), 3))
+
+    def forward_backward(a, b):
+        with tf.GradientTape() as tape:
+            tape.watch([a, b])
+            c = linalg.matmul(a, b)
+        return (c, *tape.gradient(c, [a, b], output_gradients=c * 0.5))  # exact: no stock transcendental
+
+    eager = forward_backward(a, b)
+    compiled = xla(forward_backward)(a, b)
+    for ours, theirs in zip(eager, compiled):
+        assert bits(ours) == bits(theirs)
+    dc = eager[0] * 0.5
+    assert bits(eager[1]) == bits(linalg.matmul(dc, b, transpose_b=True))
+    assert bits(eager[2]) == bits(linalg.matmul(a, dc, transpose_a=True))
+
+
+def test_batched_and_folded_matmul():
+    a, b = _scaled((3, 5, 40), 2), _scaled((3, 40, 6), 2)
+    c = linalg.matmul(a, b).numpy()
+    for i in range(3):
+        assert bits(c[i]) == bits(linalg.matmul(a[i], b[i]))
+    w = _scaled((40, 6), 2)
+    folded = linalg.matmul(a, w).numpy()
+    assert bits(folded.reshape(15, 6)) == bits(linalg.matmul(a.reshape(15, 40), w))
+
+
+def test_non_finite_rows_give_nan_and_others_stay_exact():
+    a, b = _scaled((4, 30), 1), _scaled((30, 3), 1)
+    a[1, 5] = np.inf
+    c = linalg.matmul(a, b).numpy()
+    assert np.isnan(c[1]).all() and np.isfinite(c[[0, 2, 3]]).all()
+    assert bits(c[[0, 2, 3]]) == bits(linalg.matmul(a[[0, 2, 3]], b))
+
+
+CONVS = [dict(strides=1, padding="SAME"), dict(strides=2, padding="SAME"), dict(strides=1, padding="VALID"),
+         dict(strides=2, padding="VALID"), dict(strides=1, padding="VALID", dilations=2)]
+
+
+@pytest.mark.parametrize("options", CONVS, ids=lambda o: "-".join(f"{k}{v}" for k, v in o.items()))
+def test_conv2d_forward_and_gradients(options):
+    x, w = tf.constant(_scaled((4, 11, 10, 6), 2)), tf.constant(_scaled((3, 3, 6, 5), 2))
+
+    def run(conv, x, w):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = conv(x, w, **options)
+        return (y, *tape.gradient(y, [x, w], output_gradients=y * 0.25))
+
+    ours = run(convolutions.convolution, x, w)
+    stock = run(tf.nn.convolution, x, w)
+    for mine, theirs in zip(ours, stock):  # the same maths as TF's, to float32 rounding
+        scale = np.abs(np.asarray(theirs)).max()
+        assert np.abs(np.asarray(mine) - np.asarray(theirs)).max() <= 1e-5 * scale
+    compiled = xla(lambda x, w: run(convolutions.convolution, x, w))(x, w)
+    assert all(bits(a) == bits(b) for a, b in zip(ours, compiled))
+    # permuting the input channels (the reduction axis) with the kernel's leaves every bit
+    order = RNG.permutation(6)
+    assert bits(convolutions.convolution(tf.gather(x, order, axis=3), tf.gather(w, order, axis=2), **options)) == bits(ours[0])
+    # splitting the batch too
+    halves = [convolutions.convolution(x[:2], w, **options), convolutions.convolution(x[2:], w, **options)]
+    assert bits(np.concatenate(halves)) == bits(ours[0])
+
+
+def test_conv2d_is_within_its_bound_against_float64():
+    x, w = _scaled((2, 9, 9, 16), 4), _scaled((3, 3, 16, 8), 4)
+    y = convolutions.convolution(x, w, padding="VALID").numpy()
+    patches = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (3, 3), axis=(1, 2))  # b,i,j,c,kh,kw
+    rows = patches.transpose(0, 1, 2, 4, 5, 3).reshape(-1, 144)
+    exact = rows @ w.astype(np.float64).reshape(144, 8)
+    ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(y.reshape(-1, 8) - exact) <= matmul_bound(rows.astype(np.float32), w.reshape(144, 8)) + ulp / 2)
+
+
+def test_conv1d_and_channels_first():
+    x, w = _scaled((3, 20, 4), 1), _scaled((5, 4, 2), 1)
+    y = convolutions.convolution(x, w, padding="SAME").numpy()
+    assert np.abs(y - tf.nn.convolution(x, w, padding="SAME").numpy()).max() < 1e-5 * np.abs(y).max()
+    nchw = convolutions.convolution(np.transpose(x, (0, 2, 1)), w, padding="SAME", data_format="NCW").numpy()
+    assert bits(np.transpose(nchw, (0, 2, 1))) == bits(y)
+
+
+def test_uncovered_convolutions_are_refused_by_name():
+    with pytest.raises(NotImplementedError, match="grouped convolution"):
+        convolutions.convolution(_scaled((1, 5, 5, 4), 0), _scaled((3, 3, 2, 4), 0))
+    with pytest.raises(NotImplementedError, match="3-D convolution"):
+        convolutions.convolution(_scaled((1, 5, 5, 5, 1), 0), _scaled((3, 3, 3, 1, 1), 0))
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_pooling_matches_tf_and_compiles(padding):
+    x = np.round(_scaled((3, 9, 7, 4), 0) * 2) / 2  # ties in the windows
+    xt = tf.constant(x)
+
+    def run(pool, x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = pool(x, 2, 2, padding)
+        return y, tape.gradient(y, x, output_gradients=y - 0.5)
+
+    ours, stock = run(pooling.max_pool, xt), run(tf.nn.max_pool, xt)
+    assert np.array_equal(ours[0], stock[0])  # signed zeros aside (a tie of -0 and +0)
+    assert np.array_equal(ours[1], stock[1])  # the first maximum gets it, as in TF's CPU kernel (signed zeros aside)
+    compiled = xla(lambda x: run(pooling.max_pool, x))(xt)
+    assert bits(ours[0]) == bits(compiled[0]) and bits(ours[1]) == bits(compiled[1])
+    mean, mean_grad = run(pooling.avg_pool, xt)
+    stock_mean, stock_grad = run(tf.nn.avg_pool, xt)
+    assert np.abs(np.asarray(mean) - np.asarray(stock_mean)).max() <= 1e-6
+    assert np.abs(np.asarray(mean_grad) - np.asarray(stock_grad)).max() <= 1e-6
+    with pytest.raises(NotImplementedError, match="overlapping"):
+        pooling.max_pool(xt, 3, 2, padding)
+
+
+def test_cross_entropies_are_invariant_accurate_and_the_same_under_xla():
+    logits = tf.constant(_scaled((96, 10), 3))
+    labels = tf.constant(RNG.integers(0, 10, 96))
+
+    def run(logits, labels):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss = losses.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        return loss, tape.gradient(loss, logits)
+
+    loss, grad = run(logits, labels)
+    compiled = xla(run)(logits, labels)
+    assert bits(loss) == bits(compiled[0]) and bits(grad) == bits(compiled[1])
+    z = logits.numpy().astype(np.float64)
+    reference = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) - (z - z.max(1, keepdims=True))[np.arange(96), labels]
+    assert np.all(np.abs(loss.numpy() - reference) <= np.spacing(np.abs(reference).astype(np.float32)))  # <= 1 ulp
+    order = RNG.permutation(10)
+    inverse = np.argsort(order)
+    permuted = losses.sparse_softmax_cross_entropy_with_logits(labels=inverse[labels.numpy()], logits=tf.gather(logits, order, axis=1))
+    assert bits(permuted) == bits(loss)
+    assert bits(np.concatenate([run(logits[:40], labels[:40])[0], run(logits[40:], labels[40:])[0]])) == bits(loss)
+    dense = losses.softmax_cross_entropy_with_logits(tf.one_hot(labels, 10), logits)
+    assert np.all(np.abs(dense.numpy() - reference) <= 2 * np.spacing(np.abs(reference).astype(np.float32)))
+
+
+def test_exp_and_log_are_accurate_and_fma_proof():
+    x = np.linspace(-700, 700, 200_001)  # normal results: TF flushes subnormals to zero on a CPU
+    assert np.max(np.abs(losses.exp(tf.constant(x)).numpy() / np.exp(x) - 1)) < 1e-13
+    y = np.exp(np.linspace(-700, 700, 200_001))
+    assert np.max(np.abs(losses.log(tf.constant(y)).numpy() - np.log(y)) / np.maximum(np.abs(np.log(y)), 1)) < 1e-15
+    assert bits(losses.exp(tf.constant(x))) == bits(xla(losses.exp)(tf.constant(x)))
+    assert bits(losses.log(tf.constant(y))) == bits(xla(losses.log)(tf.constant(y)))
+
+
+def test_stock_exp_and_multiply_add_differ_under_xla_negative_control():
+    """What the FMA-proof arithmetic removes: TF's exp and a*b+c change bits under XLA on this CPU."""
+    x = tf.constant(RNG.standard_normal(100_000).astype(np.float32))
+    y, z = tf.constant(RNG.standard_normal(100_000).astype(np.float32)), tf.constant(RNG.standard_normal(100_000).astype(np.float32))
+    fused = xla(lambda x, y, z: x * y + z)(x, y, z)
+    assert bits(fused) != bits(x * y + z)
+    assert bits(xla(tf.exp)(x)) != bits(tf.exp(x))
+    barriered = xla(lambda x, y, z: _fixed.mul(tf.cast(x, tf.float64), tf.cast(y, tf.float64)) + tf.cast(z, tf.float64))
+    plain = _fixed.mul(tf.cast(x, tf.float64), tf.cast(y, tf.float64)) + tf.cast(z, tf.float64)
+    assert bits(barriered(x, y, z)) == bits(plain)
+
+
+def test_dropout_mask_is_the_same_under_xla_and_keeps_the_rate():
+    x = tf.ones([256, 512])
+    out = noise.stateless_dropout(x, 0.3, seed=[4, 2])
+    assert bits(out) == bits(xla(lambda x: noise.stateless_dropout(x, 0.3, seed=[4, 2]))(x))
+    kept = float(np.mean(out.numpy() > 0))
+    assert abs(kept - 0.7) < 0.01
+    assert np.all(out.numpy()[out.numpy() > 0] == np.float32(1 / 0.7))
+    assert bits(noise.stateless_dropout(x, 0.3, seed=[4, 3])) != bits(out)
+
+
+def test_batch_sum_is_order_invariant_and_within_one_rounding():
+    x = _scaled((300, 7), 10)
+    total = _fixed.exact_batch_sum(tf.constant(x), [0]).numpy()
+    assert bits(total) == bits(_fixed.exact_batch_sum(tf.constant(x[RNG.permutation(300)]), [0]))
+    exact = x.astype(np.float64).sum(0)
+    bound = 300 * 2.0 ** (np.floor(np.log2(np.abs(x).max(0))) + 1) * 2.0 ** -(62 - 9)
+    assert np.all(np.abs(total - exact) <= bound + np.spacing(np.abs(exact).astype(np.float32)) / 2)
+    add = reductions.bias_add
+    v, b = tf.constant(_scaled((8, 5, 3), 2)), tf.constant(_scaled((3,), 2))
+    with tf.GradientTape() as tape:
+        tape.watch(b)
+        out = add(v, b)
+    assert bits(out) == bits(tf.nn.bias_add(v, b))
+    assert bits(tape.gradient(out, b, output_gradients=v)) == bits(_fixed.exact_batch_sum(v, [0, 1]))
+
+
+def test_reduce_mean_is_order_invariant():
+    x = _scaled((50, 40), 6)
+    mean = reductions.reduce_mean(x, axis=0).numpy()
+    assert bits(mean) == bits(reductions.reduce_mean(x[RNG.permutation(50)], axis=0))
+    assert np.abs(mean - x.astype(np.float64).mean(0)).max() <= np.abs(x).max() * 2e-7
+
+
+def test_optimizer_updates_are_the_same_under_xla():
+    keras = pytest.importorskip("keras")
+    if int(keras.__version__.split(".")[0]) < 3:
+        pytest.skip("Keras 3's optimizers")
+    from tfrepro.ops.exact import optimizers
+
+    def steps(optimizer_class, compiled, **options):
+        variable = keras.Variable(_weights.copy())
+        optimizer = optimizer_class(**options)
+        optimizer.build([variable])
+
+        def step(grad):
+            optimizer.apply([grad], [variable])
+
+        run = xla(step) if compiled else tf.function(step)
+        for g in _grads:
+            run(tf.constant(g))
+        return variable.numpy()
+
+    undo = optimizers.install()
+    try:
+        for optimizer_class, options in [(keras.optimizers.Adam, {}), (keras.optimizers.SGD, {"momentum": 0.9}),
+                                         (keras.optimizers.SGD, {"momentum": 0.9, "nesterov": True})]:
+            assert bits(steps(optimizer_class, False, **options)) == bits(steps(optimizer_class, True, **options))
+    finally:
+        undo()
+    # the negative control: Keras's own Adam rounds differently under XLA
+    assert bits(steps(keras.optimizers.Adam, False)) != bits(steps(keras.optimizers.Adam, True))
+
+
+_weights = RNG.standard_normal(10_000).astype(np.float32)
+_grads = [RNG.standard_normal(10_000).astype(np.float32) * 1e-2 for _ in range(3)]
+
+
+def test_patch_exact_rebinds_refuses_and_undoes():
+    import tfrepro
+
+    original = tf.matmul
+    with tfrepro.patched(0, ops="exact") as report:
+        assert tf.matmul is not original and tf.linalg.matmul is tf.matmul
+        assert "exact tier" in str(report)
+        with pytest.raises(NotImplementedError, match="tf.nn.depthwise_conv2d is not covered"):
+            tf.nn.depthwise_conv2d(tf.ones([1, 4, 4, 2]), tf.ones([3, 3, 2, 1]), [1, 1, 1, 1], "SAME")
+        a, b = _scaled((5, 30), 1), _scaled((30, 4), 1)
+        assert bits(tf.matmul(a, b)) == bits(linalg.matmul(a, b))
+        a3, b3 = _scaled((3, 5, 40), 2), _scaled((3, 40, 6), 2)
+        assert bits(tf.einsum("bij,bjk->bik", a3, b3)) == bits(linalg.matmul(a3, b3))  # through the exact matmul
+    assert tf.matmul is original
+
+
+def test_readme_exact_tier_snippet_runs_as_written():
+    import tfrepro
+    from test_docs import readme_snippet
+
+    try:
+        exec(readme_snippet("The exact tier: `patch(ops=\"exact\")`", 'ops="exact"'), {})
+    finally:
+        tfrepro.unpatch()
+    assert tf.matmul is not linalg.matmul
+
+
+def test_cli_takes_ops_exact(tmp_path):
+    """``tfrepro run --ops exact`` reaches the script as ``patch(ops="exact")``; ``--ops`` alone is still "all"."""
+    import subprocess
+    import sys
+
+    from conftest import clean_env
+
+    script = tmp_path / "probe.py"
+    script.write_text("import tfrepro, tensorflow as tf\nfrom tfrepro.determinism import state\n"
+                      "print(state.active_summation())\n")
+    for flag, expected in ((["--ops", "exact"], "exact_tier"), (["--ops"], "exact")):
+        proc = subprocess.run([sys.executable, "-m", "tfrepro", "run", *flag, "--", sys.executable, str(script)],
+                              env=clean_env(), capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.strip().splitlines()[-1] == expected
+    bad = subprocess.run([sys.executable, "-m", "tfrepro", "run", "--ops", "exact", "--no-ops", "--", sys.executable,
+                          str(script)], env=clean_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert bad.returncode == 2 and "not allowed with argument" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_bit_budget_keeps_every_float64_partial_sum_exact_for_any_k():
+    """a_bits + b_bits <= min(46, 62 - L) (int64 total) and K * 2**11 * 2**b_bits <= 2**53 (low limb)."""
+    for log_k in range(0, 31):
+        k = 2**log_k
+        a_bits, b_bits = (int(v) for v in _fixed.bit_budget(tf.constant(k)))
+        assert a_bits + b_bits <= min(46, 62 - log_k) and b_bits >= 1
+        assert k * 2**11 * 2**b_bits <= 2**53 and k * 2 ** (a_bits - 12 + b_bits) <= 2**53
+        if k <= _fixed.CHUNK_K:
+            assert k * 2 ** (a_bits + b_bits) <= 2**53
+
+
+def test_channels_first_full_length_strides_and_v1_pooling():
+    x = _scaled((2, 3, 12, 10), 1)  # NCHW
+    w = _scaled((3, 3, 3, 4), 1)
+    ours = convolutions.convolution(x, w, strides=[1, 1, 2, 2], padding="SAME", data_format="NCHW").numpy()
+    nhwc = convolutions.convolution(np.transpose(x, (0, 2, 3, 1)), w, strides=2, padding="SAME").numpy()
+    assert bits(ours) == bits(np.transpose(nhwc, (0, 3, 1, 2)))
+    pooled = pooling.max_pool_v1(value=x, ksize=(1, 1, 2, 2), strides=(1, 1, 2, 2), padding="VALID",
+                                 data_format="NCHW").numpy()
+    assert pooled.shape == (2, 3, 6, 5)
+    assert np.array_equal(pooled, np.transpose(tf.nn.max_pool(np.transpose(x, (0, 2, 3, 1)), 2, 2, "VALID"), (0, 3, 1, 2)))
+
+
+def test_means_divide_the_same_with_and_without_xla():
+    """XLA turns x / constant into x * (1 / constant); the tier's means round once from float64."""
+    x = tf.constant(_scaled((96, 37), 3))
+    for axis in (0, 1, None):
+        assert bits(reductions.reduce_mean(x, axis=axis)) == bits(xla(lambda x: reductions.reduce_mean(x, axis=axis))(x))
+    pooled = pooling.avg_pool(x[None, :, :, None], 3, 3, "SAME")
+    assert bits(pooled) == bits(xla(lambda x: pooling.avg_pool(x[None, :, :, None], 3, 3, "SAME"))(x))
+
+
+def test_cross_entropy_checks_shapes_and_gives_labels_their_gradient():
+    logits = tf.constant(_scaled((8, 5), 1))
+    with pytest.raises(ValueError, match="rank"):
+        losses.sparse_softmax_cross_entropy_with_logits(labels=tf.zeros([8, 1], tf.int32), logits=logits)
+    out_of_range = losses.sparse_softmax_cross_entropy_with_logits(labels=tf.constant([0, 1, 2, 3, 4, 5, -1, 0]),
+                                                                   logits=logits).numpy()
+    assert np.isnan(out_of_range[[5, 6]]).all() and np.isfinite(out_of_range[[0, 1, 2, 3, 4, 7]]).all()
+    labels = tf.constant(np.full((8, 5), 0.2, np.float32))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([labels, logits])
+        ours = losses.softmax_cross_entropy_with_logits(labels, logits)
+        stock = tf.nn.softmax_cross_entropy_with_logits(labels, logits)
+    for mine, theirs in zip(tape.gradient(ours, [labels, logits]), tape.gradient(stock, [labels, logits])):
+        assert np.abs(np.asarray(mine) - np.asarray(theirs)).max() <= 1e-6
+    v1 = losses.softmax_cross_entropy_with_logits_v1(labels, logits, dim=-1)
+    assert bits(v1) == bits(ours)

@@ -1,0 +1,74 @@
+"""The exact tier's guarantee, in fresh processes, bits compared: the Keras MNIST CNN trained under
+``patch(ops="exact")`` ends on the same weights with 1 and 2 threads, with oneDNN off and on, with
+XLA off and on, and (without Dropout) on one device and on two MirroredStrategy replicas with the
+same global batch; under ``ops="auto"`` the thread counts give different weights (the negative
+control). Every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conftest import clean_env
+
+pytestmark = [pytest.mark.keras, pytest.mark.slow, pytest.mark.exact]
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+RUNS = {
+    "base": ["--threads", "2", "--onednn", "on"],
+    "threads1": ["--threads", "1"],
+    "onednn_off": ["--threads", "2", "--onednn", "off"],
+    "xla": ["--threads", "2", "--onednn", "on", "--jit"],
+    "auto1": ["--ops", "auto", "--threads", "1"],
+    "auto2": ["--ops", "auto", "--threads", "2"],
+    "no_dropout": ["--no-dropout"],
+    "no_dropout_mirrored": ["--no-dropout", "--replicas", "2"],
+}
+
+
+def _train(args: list[str]) -> dict:
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "exact_cnn.py"), "--steps", "3", *args], env=clean_env(),
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def trained():
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(_train, args) for name, args in RUNS.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.mark.parametrize("variant", ["threads1", "onednn_off", "xla"])
+def test_the_exact_tier_gives_the_same_weights(trained, variant):
+    assert trained[variant]["weights"] == trained["base"]["weights"]
+    assert trained[variant]["digest"] == trained["base"]["digest"]
+
+
+def test_auto_gives_different_weights_across_thread_counts_negative_control(trained):
+    assert trained["auto1"]["digest"] != trained["auto2"]["digest"]
+
+
+def test_one_device_and_two_replicas_give_the_same_weights(trained):
+    assert trained["no_dropout_mirrored"]["replicas"] == 2
+    assert trained["no_dropout_mirrored"]["weights"] == trained["no_dropout"]["weights"]
+
+
+def test_elementwise_ops_give_the_same_bits_at_any_thread_count():
+    """The claim the exact tier rests on for elementwise ops, checked per op, not assumed."""
+    outputs = []
+    for threads in (1, 2):
+        proc = subprocess.run([sys.executable, str(SCRIPTS / "elementwise_bits.py"), str(threads)], env=clean_env(),
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert outputs[0]["threads"] == 1 and outputs[1]["threads"] == 2
+    assert len(outputs[0]["ops"]) >= 15
+    differing = [op for op in outputs[0]["ops"] if outputs[0]["ops"][op] != outputs[1]["ops"][op]]
+    assert not differing, differing

@@ -1,0 +1,69 @@
+"""The exact tier, ``patch(ops="exact")``: the ops of a training step whose result depends on the
+order of accumulation run exact, order-invariant versions (those below; the ones it does not cover
+are refused by name, ``refusals``), so training gives the same bits for any thread count, with
+oneDNN on or off, with XLA on or off, and on one device or several replicas with the same global
+batch (tested with 2; the README states the limits).
+
+- ``_fixed``: the exact fixed-point product and sum (the method and its accuracy bound), replica-
+  global sums, and the FMA barrier.
+- ``linalg``: ``matmul`` (``Dense``, ``tensordot``) and ``einsum`` (attention).
+- ``convolutions``: 1-D and 2-D convolutions as exact products of patches.
+- ``pooling``: max and average pooling over non-overlapping windows, XLA-compilable gradients.
+- ``noise``: dropout with a mask from integer random bits.
+- ``losses``: the softmax cross-entropies with FMA-proof ``exp`` and ``log``.
+- ``reductions``: ``reduce_sum``, ``reduce_mean``, ``bias_add``.
+- ``optimizers``: Keras 3's Adam and SGD updates, FMA-proof.
+- ``refusals``: what is not covered raises by name.
+
+``TABLE`` maps each op to its replacement and the names it is bound under (``rebinding``'s format).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# op name -> (module, function, targets)
+_BINDINGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "matmul": ("linalg", "matmul", ("tf.matmul", "tf.linalg.matmul", "tf.compat.v1.matmul",
+                                    "tensorflow.python.ops.math_ops:matmul")),
+    "einsum": ("linalg", "einsum", ("tf.einsum", "tf.linalg.einsum")),
+    "convolution": ("convolutions", "convolution", ("tf.nn.convolution",)),
+    "convolution_v1": ("convolutions", "convolution_v1", ("tf.compat.v1.nn.convolution",)),
+    "conv2d": ("convolutions", "conv2d", ("tf.nn.conv2d",)),
+    "conv1d": ("convolutions", "conv1d", ("tf.nn.conv1d",)),
+    "max_pool": ("pooling", "max_pool", ("tf.nn.max_pool", "tf.nn.max_pool1d")),
+    "max_pool_v1": ("pooling", "max_pool_v1", ("tf.compat.v1.nn.max_pool",)),
+    "max_pool2d": ("pooling", "max_pool2d", ("tf.nn.max_pool2d",)),
+    "avg_pool": ("pooling", "avg_pool", ("tf.nn.avg_pool", "tf.nn.avg_pool1d")),
+    "avg_pool_v1": ("pooling", "avg_pool_v1", ("tf.compat.v1.nn.avg_pool",)),
+    "avg_pool2d": ("pooling", "avg_pool2d", ("tf.nn.avg_pool2d",)),
+    "stateless_dropout": ("noise", "stateless_dropout", ("tf.nn.experimental.stateless_dropout",)),
+    "general_dropout": ("noise", "general_dropout", ("tf.nn.experimental.general_dropout",)),
+    "reduce_sum": ("reductions", "reduce_sum", ("tf.reduce_sum", "tf.math.reduce_sum",
+                                                "tensorflow.python.ops.math_ops:reduce_sum")),
+    "reduce_mean": ("reductions", "reduce_mean", ("tf.reduce_mean", "tf.math.reduce_mean",
+                                                  "tensorflow.python.ops.math_ops:reduce_mean")),
+    "bias_add": ("reductions", "bias_add", ("tf.nn.bias_add", "tf.compat.v1.nn.bias_add",
+                                            "tensorflow.python.ops.nn_ops:bias_add")),
+    "softmax_cross_entropy_with_logits": ("losses", "softmax_cross_entropy_with_logits", (
+        "tf.nn.softmax_cross_entropy_with_logits",)),
+    "softmax_cross_entropy_with_logits_v1": ("losses", "softmax_cross_entropy_with_logits_v1", (
+        "tf.compat.v1.nn.softmax_cross_entropy_with_logits_v2",
+        "tensorflow.python.ops.nn_ops:softmax_cross_entropy_with_logits_v2")),
+    "sparse_softmax_cross_entropy_with_logits": ("losses", "sparse_softmax_cross_entropy_with_logits", (
+        "tf.nn.sparse_softmax_cross_entropy_with_logits",
+        "tensorflow.python.ops.nn_ops:sparse_softmax_cross_entropy_with_logits_v2")),
+}
+EXACT_OPS = tuple(_BINDINGS)
+
+
+def table() -> dict[str, tuple[Any, tuple[str, ...]]]:
+    """The exact tier's ops in ``rebinding.TABLE``'s format (imports TensorFlow), refusals included."""
+    from tfrepro.ops.exact import refusals
+
+    found = {name: (getattr(importlib.import_module(f"{__name__}.{module}"), function), targets)
+             for name, (module, function, targets) in _BINDINGS.items()}
+    for api, targets in refusals.REFUSED.items():
+        found[f"refused {api}"] = (refusals.refusing(api), targets)
+    return found

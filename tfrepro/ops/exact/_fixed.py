@@ -1,0 +1,297 @@
+"""Exact fixed-point products and sums: the arithmetic every exact-tier op is built on.
+
+**The exact matrix product** (after Ozaki, Ogita, Oishi and Rump, 2011). For ``A`` [M, K] and ``B``
+[K, N] in float32 (float16 and bfloat16 upcast exactly):
+
+- ``ea`` per row of A and ``eb`` per column of B, with ``max|a| < 2**ea`` (a max is exact).
+- ``bits = min(46, 62 - ceil(log2 K))``, split ``a_bits = ceil(bits / 2)``, ``b_bits = bits - a_bits``
+  (23 and 23 up to ``K = 2**16``).
+- ``qa = round(a * 2**(a_bits - ea))``, ``qb = round(b * 2**(b_bits - eb))``: integers of at most
+  ``2**a_bits`` and ``2**b_bits``, so the sum of K products is an integer of at most ``2**62``.
+- The products are formed so that every float64 partial sum is an integer of at most ``2**53``,
+  hence exact whatever order, blocking, thread count, FMA use or device sums it (``_plan``): one
+  float64 product for ``K <= 128`` (``128 * 2**46 = 2**53``); else K in chunks of 128, one batched
+  product, the chunks' int64 totals added; or ``qa = hi * 2**12 + lo`` in two limbs and two
+  products. Every way gives the same integers. The int64 total is rounded to float32 once, then
+  scaled by a power of two (exact for normal results; TF flushes subnormals to zero on a CPU).
+
+Accuracy: quantisation moves each ``a`` by at most ``2**(ea - a_bits - 1)`` and each ``b`` by
+``2**(eb - b_bits - 1)``, so ``|C - A @ B| <= K * 2**(ea + eb) * (2**-a_bits + 2**-b_bits) / 2``
+(plus the square of those terms) before the final rounding's half an ulp. For K up to ``2**16``
+that is ``K * 2**(ea + eb - 23)``: within float32's own worst case, ``K * 2**-24 * sum|a||b|``, for
+``K >= 2``, and measured no worse than TF's float32 matmul on training shapes (the tests). Beyond
+``2**16``, a bit is given up per doubling of K (two beyond ``2**19``, from ``b_bits``). Rows and
+columns with a NaN or an infinity give NaN. Float16 and bfloat16 results are rounded twice
+(to float32, then to their dtype).
+
+**Replicas.** When a product sums over the batch (a weight's gradient) under a ``tf.distribute``
+strategy with more than one replica, each replica holds part of the batch. ``Replicas`` makes the
+scales global (the max of the replicas' exponents), the bit budget global (the global K), sums
+the int64 totals across replicas exactly (as three float64 limbs of 21 bits), rounds once, and
+hands the result to the first replica only (zeros elsewhere), so that the strategy's sum of the
+replicas' gradients adds only zeros. The result is then the bits of one device with the whole
+batch. With one replica every step is the identity, and the computation is the same.
+
+**FMA barriers.** XLA contracts ``a * b + c`` into a fused multiply-add, which rounds once instead
+of twice; TF's kernels round twice. ``barrier(p)`` rounds a float64 product to 48 bits through its
+integer bits: an operation no compiler can fuse through, so the product is rounded the same way
+with and without XLA.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfrepro.errors import warn
+from tfrepro.ops import _stock
+from tfrepro.ops._exact_sum import _bit_length, _exact_pow2, _exponent, _pow2
+
+LOW_LIMB_BITS = 12
+MAX_BITS = 46  # 23 + 23, for K up to 2**16
+CHUNK_K = 128  # K * 2**46 <= 2**53: one float64 product of a chunk of K is exact
+
+
+def working(x: tf.Tensor) -> tf.Tensor:
+    """float16/bfloat16/float32 as float32 (exact); float64 as it is."""
+    return x if x.dtype == tf.float64 else tf.cast(x, tf.float32)
+
+
+def finite_or_zero(x: tf.Tensor) -> tf.Tensor:
+    return tf.where(tf.math.is_finite(x), x, tf.zeros_like(x))
+
+
+def exponent_of_max(x: tf.Tensor, axis: int | list[int], replicas: Replicas | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    """The int32 ``e`` with ``max|x| < 2**e`` over ``axis`` (kept), among finite elements, and
+    whether every element there is finite; global over ``replicas`` when given."""
+    finite = tf.math.is_finite(x)
+    magnitude = tf.reduce_max(tf.abs(tf.where(finite, x, tf.zeros_like(x))), axis=axis, keepdims=True)
+    bad = tf.reduce_max(tf.cast(tf.logical_not(finite), tf.int32), axis=axis, keepdims=True)
+    e = _exponent(magnitude)
+    if replicas is not None:
+        e, bad = replicas.max(e), replicas.max(bad)
+    return e, tf.equal(bad, 0)
+
+
+def bit_budget(k: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``(a_bits, b_bits)`` for a sum of ``k`` products (int32 tensors): ``a_bits + b_bits <=
+    min(46, 62 - L)`` with ``L = ceil(log2 k)``, and ``b_bits <= 42 - L`` so that the low limb's
+    float64 sums (``k * 2**11 * 2**b_bits``) stay within ``2**53`` for any K."""
+    bits_of_k = _bit_length(tf.cast(k, tf.int64))
+    total = tf.minimum(MAX_BITS, 62 - bits_of_k)
+    a_bits = total - total // 2
+    b_bits = tf.minimum(total - a_bits, 42 - bits_of_k)
+    return a_bits, b_bits
+
+
+def quantise(x: tf.Tensor, e: tf.Tensor, bits: tf.Tensor) -> tf.Tensor:
+    """``round(x * 2**(bits - e))`` as float64 integers (``x`` finite or zeroed)."""
+    return tf.round(tf.cast(x, tf.float64) * _exact_pow2(bits - e, tf.float64))
+
+
+def round_scaled(total: tf.Tensor, shift: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """``total * 2**shift`` for int64 ``total``: one rounding to float32 (float64 for float64),
+    then exact scaling."""
+    precision = tf.float64 if dtype == tf.float64 else tf.float32
+    value = tf.cast(total, precision)
+    for factor in _pow2(shift, precision):
+        value = value * factor
+    return tf.cast(value, dtype)
+
+
+def int64_from_float64(x: tf.Tensor) -> tf.Tensor:
+    return tf.cast(x, tf.int64)
+
+
+def split_int64(q: tf.Tensor) -> tf.Tensor:
+    """``q`` (|q| < 2**62) as three float64 limbs below 2**21 stacked on a new last axis: float64
+    sums of up to 2**32 of each limb are exact."""
+    low = 2**21 - 1
+    limbs = (tf.bitwise.right_shift(q, 42), tf.bitwise.bitwise_and(tf.bitwise.right_shift(q, 21), low),
+             tf.bitwise.bitwise_and(q, low))
+    return tf.stack([tf.cast(limb, tf.float64) for limb in limbs], axis=-1)
+
+
+def join_int64(limbs: tf.Tensor) -> tf.Tensor:
+    high, middle, lowest = (tf.cast(limbs[..., i], tf.int64) for i in range(3))
+    return (high * 2**21 + middle) * 2**21 + lowest
+
+
+class Replicas:
+    """The replicas of the calling ``tf.distribute`` replica context that share a batch: global
+    maxima, sums and counts, and the first replica's share of a result. Every method is the
+    identity for one replica."""
+
+    def __init__(self) -> None:
+        context = tf.distribute.get_replica_context()
+        self.context = context
+        self.count = 1 if context is None else int(context.num_replicas_in_sync)
+        if self.count > 1 and _in_control_flow():
+            warn("tfrepro exact tier: a weight's gradient inside a loop or condition (an RNN layer, say) cannot "
+                 "be summed across replicas exactly (TF allows no cross-replica call there); it is exact per "
+                 "replica, and the replicas' sum is TF's, so the weights can depend on the replica count")
+            self.count = 1
+
+    @property
+    def many(self) -> bool:
+        return self.count > 1
+
+    def max(self, x: tf.Tensor) -> tf.Tensor:
+        if not self.many:
+            return x
+        return tf.reduce_max(self.context.all_gather(x[None], axis=0), axis=0)
+
+    def total(self, n: tf.Tensor) -> tf.Tensor:
+        """The sum of an integer count (below 2**53) over the replicas."""
+        if not self.many:
+            return n
+        summed = self.context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(n, tf.float64))
+        return tf.cast(summed, n.dtype)
+
+    def sum_int64(self, q: tf.Tensor) -> tf.Tensor:
+        """The exact sum of int64 ``q`` (every partial sum below 2**62 in magnitude) over the replicas."""
+        if not self.many:
+            return q
+        return join_int64(self.context.all_reduce(tf.distribute.ReduceOp.SUM, split_int64(q)))
+
+    def first_only(self, x: tf.Tensor) -> tf.Tensor:
+        """``x`` on the first replica and zeros on the others: their sum is ``x``, exactly."""
+        if not self.many:
+            return x
+        first = tf.equal(tf.cast(self.context.replica_id_in_sync_group, tf.int32), 0)
+        return tf.where(first, x, tf.zeros_like(x))
+
+
+def _in_control_flow() -> bool:
+    """Whether ops are being built in a ``tf.while_loop`` or ``tf.cond`` body graph."""
+    from tensorflow.python.framework import func_graph  # no public equivalent
+    from tensorflow.python.ops import control_flow_v2_func_graphs as graphs
+
+    graph = tf.compat.v1.get_default_graph()
+    while isinstance(graph, func_graph.FuncGraph):
+        if isinstance(graph, (graphs.CondBranchFuncGraph, graphs.WhileBodyFuncGraph, graphs.WhileCondFuncGraph)):
+            return True
+        graph = getattr(graph, "outer_graph", None)
+    return False
+
+
+def exact_matmul(a: tf.Tensor, b: tf.Tensor, replicas: Replicas | None = None,
+                 out_dtype: tf.DType | None = None) -> tf.Tensor:
+    """``a @ b`` exactly rounded from an exact fixed-point sum (module doc), for float ``a``
+    [..., M, K] and ``b`` [..., K, N] with equal batch dimensions, in ``a``'s dtype (or
+    ``out_dtype``: float64 rounds the exact total to 53 bits). With ``replicas``, K is split
+    across them (each holds a part of it) and the product is global, on the first replica."""
+    if replicas is None or not replicas.many:
+        return _compiled(_whole_product, _plan(a, b), out_dtype or a.dtype)(a, b)
+    dtype = out_dtype or a.dtype
+    a, b = working(a), working(b)
+    ea, rows_ok = exponent_of_max(a, -1, replicas)
+    eb, cols_ok = exponent_of_max(b, -2, replicas)
+    a_bits, b_bits = bit_budget(replicas.total(tf.shape(a)[-1]))
+    total = replicas.sum_int64(_compiled(_integer_product, _plan(a, b), dtype)(a, b, ea, eb, a_bits, b_bits))
+    result = round_scaled(total, ea + eb - a_bits - b_bits, dtype)
+    return replicas.first_only(tf.where(rows_ok & cols_ok, result, tf.constant(float("nan"), dtype)))
+
+
+def _plan(a: tf.Tensor, b: tf.Tensor) -> tuple[str, int | None]:
+    """How the exact products are formed (every plan gives the same integers): "single" (K <= 128:
+    one float64 product), "chunks" (K in chunks of 128, one batched float64 product, the chunks'
+    int64 totals added), or "limbs" (``a`` split in two limbs, for an unknown K, or where the
+    chunks' partial products would outweigh a second product); with the static K."""
+    k, n = a.shape[-1], b.shape[-1]
+    if k is None or n is None:
+        return "limbs", None
+    if k <= CHUNK_K:
+        return "single", k
+    return ("chunks" if -(-k // CHUNK_K) * n <= 2 * k else "limbs"), k
+
+
+def _integer_product(a, b, ea, eb, a_bits, b_bits, plan: tuple[str, int | None]) -> tf.Tensor:
+    """The exact int64 sums of the quantised products (module doc)."""
+    qa = quantise(finite_or_zero(a), ea, a_bits)
+    qb = quantise(finite_or_zero(b), eb, b_bits)
+    how, k = plan
+    if how == "single":
+        return int64_from_float64(_stock.matmul(qa, qb))
+    if how == "chunks":
+        chunks = -(-k // CHUNK_K)
+        pad = chunks * CHUNK_K - k
+        rank = a.shape.rank
+        qa = tf.pad(qa, [[0, 0]] * (rank - 1) + [[0, pad]])
+        qb = tf.pad(qb, [[0, 0]] * (rank - 2) + [[0, pad], [0, 0]])
+        lead = tf.shape(qa)[:-2]
+        qa = tf.reshape(qa, tf.concat([lead, [tf.shape(qa)[-2], chunks, CHUNK_K]], 0))
+        qa = tf.transpose(qa, [*range(rank - 2), rank - 1, rank - 2, rank])  # [..., chunks, M, 128]
+        qb = tf.reshape(qb, tf.concat([lead, [chunks, CHUNK_K, tf.shape(qb)[-1]]], 0))
+        return _stock.reduce_sum(int64_from_float64(_stock.matmul(qa, qb)), axis=-3)
+    hi = tf.round(qa * 2.0**-LOW_LIMB_BITS)
+    lo = qa - hi * 2.0**LOW_LIMB_BITS
+    rows = tf.shape(qa)[-2]
+    both = _stock.matmul(tf.concat([hi, lo], axis=-2), qb)
+    return int64_from_float64(both[..., :rows, :]) * 2**LOW_LIMB_BITS + int64_from_float64(both[..., rows:, :])
+
+
+def _whole_product(a, b, plan: tuple[str, int | None], dtype: tf.DType) -> tf.Tensor:
+    a, b = working(a), working(b)
+    ea, rows_ok = exponent_of_max(a, -1)
+    eb, cols_ok = exponent_of_max(b, -2)
+    a_bits, b_bits = bit_budget(tf.shape(a)[-1])
+    total = _integer_product(a, b, ea, eb, a_bits, b_bits, plan)
+    result = round_scaled(total, ea + eb - a_bits - b_bits, dtype)
+    return tf.where(rows_ok & cols_ok, result, tf.constant(float("nan"), dtype))
+
+
+_COMPILED: dict = {}
+
+
+def compiled(function):
+    """``function`` as an XLA-compiled ``tf.function`` (one trace per rank and dtype; XLA compiles per
+    shape). For kernels whose every step is exact or correctly rounded elementwise, so that
+    compiling fuses their passes without changing a bit."""
+    return tf.function(function, jit_compile=True, autograph=False, reduce_retracing=True)
+
+
+def _compiled(kernel, plan: tuple[str, int | None], dtype: tf.DType):
+    """``kernel`` as an XLA-compiled ``tf.function``: its elementwise passes fuse (about 1.7x
+    faster on a CPU). Every step is exact, so compiling cannot change a bit."""
+    key = (kernel, plan) if kernel is _integer_product else (kernel, plan, dtype)
+    if key not in _COMPILED:
+        extra = (plan,) if kernel is _integer_product else (plan, dtype)
+        _COMPILED[key] = compiled(lambda *args: kernel(*args, *extra))
+    return _COMPILED[key]
+
+
+def exact_batch_sum(x: tf.Tensor, axes: list[int], replicas: Replicas | None = None) -> tf.Tensor:
+    """``reduce_sum(x, axes)`` exactly rounded from an exact fixed-point sum: per kept element,
+    ``e`` with ``max|x| < 2**e`` over the summed elements, ``round(x * 2**(62 - ceil(log2 n) - e))``
+    summed as int64 (three exact float64 limbs, which every device sums), rounded once. With
+    ``replicas``, the batch is split across them and the sum is global, on the first replica."""
+    dtype = x.dtype
+    x = working(x)
+    axes = sorted(axis % x.shape.rank for axis in axes)
+    e, finite = exponent_of_max(x, axes, replicas)
+    n = tf.reduce_prod(_stock.gather(tf.shape(x), axes))
+    if replicas is not None:
+        n = replicas.total(n)
+    shift = 62 - _bit_length(tf.cast(n, tf.int64)) - e
+    q = tf.cast(quantise(finite_or_zero(x), tf.zeros_like(shift), shift), tf.int64)
+    limbs = _stock.reduce_sum(split_int64(q), axis=axes, keepdims=True)
+    total = join_int64(limbs)
+    if replicas is not None:
+        total = replicas.sum_int64(total)
+    result = round_scaled(total, -shift, dtype)
+    result = tf.where(finite, result, tf.constant(float("nan"), dtype))
+    result = tf.squeeze(result, axis=axes)
+    return result if replicas is None else replicas.first_only(result)
+
+
+def barrier(p: tf.Tensor) -> tf.Tensor:
+    """Float64 ``p`` rounded to 48 significant bits through its integer bits (module doc), so that
+    no compiler can fuse the multiply that made ``p`` into a following add. NaN stays NaN."""
+    bits = tf.bitcast(p, tf.int64)
+    rounded = tf.bitcast(tf.bitwise.bitwise_and(bits + 16, ~31), tf.float64)
+    return tf.where(tf.math.is_nan(p), p, rounded)
+
+
+def mul(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """``a * b`` in float64, rounded through ``barrier``: safe to add to."""
+    return barrier(a * b)

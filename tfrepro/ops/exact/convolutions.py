@@ -1,0 +1,168 @@
+"""The exact tier's convolutions: ``tf.nn.convolution``, ``conv2d`` and ``conv1d`` as exact matrix
+products of image patches (im2col), with exact gradients.
+
+The forward product is ``patches @ kernel`` (``tf.image.extract_patches`` only moves data). The
+kernel's gradient is ``patches^T @ dy`` (the forward's patches, kept), replica-global
+(``_fixed.Replicas``). Both are one exact sum rounded once. The input's gradient is each patch's
+gradient ``dy @ kernel^T``, exact and rounded once to float64, added into place (col2im) in an
+order the code fixes, in float64, and rounded once to float32: at most ``kh * kw`` float64
+roundings, far below float32's, and the same under any thread count, oneDNN setting, XLA or device.
+
+Covered: 1-D and 2-D convolutions, NHWC/NWC and NCHW/NCW, "SAME" and "VALID" padding, strides and
+dilations, float32/float16/bfloat16. Grouped convolutions, explicit padding lists and 3-D
+convolutions raise ``NotImplementedError`` by name (``refusals``).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfrepro.ops import _stock
+from tfrepro.ops.exact import _fixed
+from tfrepro.ops.exact.linalg import EXACT_DTYPES, is_weight, weight_gradient_replicas
+
+
+def _pair(value, rank: int, name: str, channels_first: bool = False) -> list[int]:
+    """A spatial parameter (strides, dilations, ksize) as ``rank`` ints: one for all dimensions, one
+    per spatial dimension, or one per dimension of the data format (batch and channels dropped)."""
+    if value is None:
+        return [1] * rank
+    values = [int(v) for v in ([value] if isinstance(value, int) else list(value))]
+    if len(values) == 1:
+        return values * rank
+    if len(values) == rank + 2:
+        return values[2:] if channels_first else values[1:-1]
+    if len(values) == rank:
+        return values
+    raise ValueError(f"{name} must have 1, {rank} or {rank + 2} entries; got {value!r}")
+
+
+def _same_padding(size: int | tf.Tensor, kernel: int, stride: int, dilation: int):
+    """TF's "SAME" padding of one spatial dimension: (before, after)."""
+    extent = (kernel - 1) * dilation + 1
+    out = (size + stride - 1) // stride
+    total = tf.maximum((out - 1) * stride + extent - size, 0)
+    return total // 2, total - total // 2
+
+
+def _patches(x: tf.Tensor, kernel_shape: list[int], dilations: list[int], strides: list[int], padding: str) -> tf.Tensor:
+    """The NHWC image patches of ``x`` as rows [B * Ho * Wo, kh * kw * C], and their [B, Ho, Wo] shape."""
+    kh, kw, c, _ = kernel_shape
+    patches = _stock.extract_patches(x, sizes=[1, kh, kw, 1], strides=[1, *strides, 1], rates=[1, *dilations, 1],
+                                     padding=padding)
+    return tf.reshape(patches, tf.stack([-1, kh * kw * c])), tf.shape(patches)[:3]
+
+
+def _dilate(x: tf.Tensor, axis: int, stride: int) -> tf.Tensor:
+    """``stride - 1`` zeros between the entries of NHWC ``x`` along ``axis`` (1 or 2)."""
+    if stride == 1:
+        return x
+    shape = tf.shape(x)
+    paddings = [[0, 0]] * 5
+    paddings[axis + 1] = [0, stride - 1]
+    spread = tf.pad(tf.expand_dims(x, axis + 1), paddings)
+    spread = tf.reshape(spread, tf.tensor_scatter_nd_update(shape, [[axis]], [shape[axis] * stride]))
+    end = shape[axis] * stride - stride + 1
+    return spread[:, :end] if axis == 1 else spread[:, :, :end]
+
+
+def _input_gradient(dy, kernel, input_shape, dilations, strides, padding) -> tf.Tensor:
+    """The gradient of the input: each patch's gradient ``dy @ kernel^T`` exactly (float64, one
+    rounding), then added into place (col2im) in a fixed order in float64, rounded once to
+    float32. Each float64 addition is IEEE-rounded in an order the code fixes, so no thread
+    count, compiler or device can change it."""
+    kh, kw, c, f = kernel.shape.as_list()
+    rows = tf.reshape(dy, tf.stack([-1, f]))
+    weights = tf.transpose(tf.reshape(kernel, [kh * kw * c, f]))
+    columns = _fixed.exact_matmul(rows, weights, out_dtype=tf.float64)
+    shape = tf.shape(dy)
+    columns = tf.reshape(columns, tf.concat([shape[:3], [kh, kw, c]], 0))
+    spans = []
+    for i, k in enumerate((kh, kw)):
+        before, after = _same_padding(input_shape[i + 1], k, strides[i], dilations[i]) if padding == "SAME" else (0, 0)
+        spans.append((before, input_shape[i + 1] + before + after))
+    total = None
+    for a in range(kh):
+        for e in range(kw):
+            piece = _dilate(_dilate(columns[:, :, :, a, e], 1, strides[0]), 2, strides[1])
+            top, left = a * dilations[0], e * dilations[1]
+            placed = tf.pad(piece, [[0, 0], [top, spans[0][1] - top - tf.shape(piece)[1]],
+                                    [left, spans[1][1] - left - tf.shape(piece)[2]], [0, 0]])
+            total = placed if total is None else total + placed
+    (top, _), (left, _) = spans
+    return tf.cast(total[:, top:top + input_shape[1], left:left + input_shape[2]], dy.dtype)
+
+
+def _conv2d_nhwc(x: tf.Tensor, kernel: tf.Tensor, strides: list[int], dilations: list[int], padding: str,
+                 kernel_is_weight: bool) -> tf.Tensor:
+    @tf.custom_gradient
+    def conv(inputs, weights):
+        shape = weights.shape.as_list()
+        rows, grid = _patches(inputs, shape, dilations, strides, padding)
+        out = tf.reshape(_fixed.exact_matmul(rows, tf.reshape(weights, [-1, shape[-1]])),
+                         tf.concat([grid, [shape[-1]]], 0))
+
+        def grad(dy):
+            dx = _input_gradient(dy, weights, tf.shape(inputs), dilations, strides, padding)
+            dw = _fixed.exact_matmul(tf.transpose(rows), tf.reshape(dy, tf.stack([-1, shape[-1]])),
+                                     weight_gradient_replicas(kernel_is_weight))
+            return dx, tf.reshape(dw, shape)
+
+        return out, grad
+
+    return conv(x, kernel)
+
+
+def convolution(input, filters, strides=None, padding="VALID", data_format=None, dilations=None, name=None):
+    """``tf.nn.convolution`` as an exact product of patches (module doc)."""
+    kernel_is_weight = is_weight(filters)
+    x, kernel = tf.convert_to_tensor(input), tf.convert_to_tensor(filters)
+    if x.dtype not in EXACT_DTYPES:
+        return _stock.convolution(x, kernel, strides=strides, padding=padding, data_format=data_format,
+                                  dilations=dilations, name=name)
+    rank = kernel.shape.rank - 2 if kernel.shape.rank is not None else None
+    if rank not in (1, 2) or x.shape.rank != rank + 2:
+        raise NotImplementedError(f"tfrepro exact tier: {rank}-D convolution is not covered (1-D and 2-D are); "
+                                  "use patch(ops='auto') for this model")
+    if not isinstance(padding, str) or padding.upper() not in ("SAME", "VALID"):
+        raise NotImplementedError(f"tfrepro exact tier: convolution padding {padding!r} is not covered "
+                                  "('SAME' and 'VALID' are)")
+    padding = padding.upper()
+    channels_first = data_format is not None and data_format.startswith("NC")
+    if None in kernel.shape.as_list() or x.shape[1 if channels_first else -1] is None:
+        raise NotImplementedError("tfrepro exact tier: a convolution needs static kernel and channel shapes")
+    if x.shape[1 if channels_first else -1] != kernel.shape[-2]:
+        raise NotImplementedError("tfrepro exact tier: grouped convolution is not covered (groups=1 is)")
+    strides = _pair(strides, rank, "strides", channels_first)
+    dilations = _pair(dilations, rank, "dilations", channels_first)
+    with tf.name_scope(name or "ExactConvolution"):
+        if channels_first:
+            x = tf.transpose(x, [0, *range(2, rank + 2), 1])
+        if rank == 1:
+            x, kernel = tf.expand_dims(x, 1), tf.expand_dims(kernel, 0)
+            strides, dilations = [1, *strides], [1, *dilations]
+        y = _conv2d_nhwc(x, kernel, strides, dilations, padding, kernel_is_weight)
+        if rank == 1:
+            y = tf.squeeze(y, 1)
+        if channels_first:
+            y = tf.transpose(y, [0, rank + 1, *range(1, rank + 1)])
+        return y
+
+
+def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None, name=None):
+    """``tf.nn.conv2d`` as an exact product of patches."""
+    return convolution(input, filters, strides=strides, padding=padding, data_format=data_format,
+                       dilations=dilations, name=name)
+
+
+def convolution_v1(input, filter=None, padding=None, strides=None, dilation_rate=None, name=None, data_format=None,
+                   filters=None, dilations=None):
+    """``tf.compat.v1.nn.convolution`` (tf-keras's ``backend.conv2d``) as an exact product of patches."""
+    return convolution(input, filter if filters is None else filters, strides=strides, padding=padding,
+                       data_format=data_format, dilations=dilation_rate if dilations is None else dilations, name=name)
+
+
+def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, name=None):
+    """``tf.nn.conv1d`` as an exact product of patches."""
+    return convolution(input, filters, strides=stride, padding=padding, data_format=data_format,
+                       dilations=dilations, name=name)

@@ -1,0 +1,154 @@
+"""The exact tier's pooling: ``tf.nn.max_pool`` and ``tf.nn.avg_pool`` over non-overlapping
+windows (strides equal to the pool size, Keras's default), with their own gradients.
+
+A max is exact in any order (its zeros are made +0: XLA and TF's kernels choose between -0 and +0
+differently). TF's max-pool gradient has no deterministic XLA kernel (under op
+determinism it raises even on a CPU), so the gradient here goes to the first maximum of each
+window in row-major order, as TF's CPU kernel does, through a reshape and a select. Average pooling
+sums each window with an order-invariant sum and divides by the count of real (unpadded)
+elements. "SAME" padding pads as TF does; overlapping or gapped windows raise
+``NotImplementedError`` by name.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import tensorflow as tf
+
+from tfrepro.ops import _stock
+from tfrepro.ops.exact._fixed import compiled
+from tfrepro.ops.exact.convolutions import _pair, _same_padding
+from tfrepro.ops.exact.linalg import EXACT_DTYPES
+from tfrepro.ops.segment import reduce_sum
+
+
+def _blocks(x: tf.Tensor, k: list[int], padding: str, fill: float) -> tuple[tf.Tensor, list]:
+    """NHWC ``x`` as [B, Ho, kh, Wo, kw, C] windows (a reshape: no copy), and the (before, after)
+    padding per dimension (a negative after: the remainder VALID drops)."""
+    pads = []
+    for i, size in enumerate((tf.shape(x)[1], tf.shape(x)[2])):
+        pads.append(_same_padding(size, k[i], k[i], 1) if padding == "SAME" else (0, -(size % k[i])))
+    cropped = x[:, :tf.shape(x)[1] + tf.minimum(pads[0][1], 0), :tf.shape(x)[2] + tf.minimum(pads[1][1], 0)]
+    padded = tf.pad(cropped, [[0, 0], [pads[0][0], tf.maximum(pads[0][1], 0)],
+                              [pads[1][0], tf.maximum(pads[1][1], 0)], [0, 0]], constant_values=fill)
+    shape = tf.shape(padded)
+    return tf.reshape(padded, tf.stack([shape[0], shape[1] // k[0], k[0], shape[2] // k[1], k[1], shape[3]])), pads
+
+
+def _unblock(blocks: tf.Tensor, pads: list, like: tf.Tensor) -> tf.Tensor:
+    """The inverse of ``_blocks``: back to ``like``'s shape (padding removed, dropped remainders as zeros)."""
+    shape = tf.shape(blocks)
+    padded = tf.reshape(blocks, tf.stack([shape[0], shape[1] * shape[2], shape[3] * shape[4], shape[5]]))
+    size = tf.shape(like)
+    inner = padded[:, pads[0][0]:pads[0][0] + size[1] + tf.minimum(pads[0][1], 0),
+                   pads[1][0]:pads[1][0] + size[2] + tf.minimum(pads[1][1], 0)]
+    return tf.pad(inner, [[0, 0], [0, -tf.minimum(pads[0][1], 0)], [0, -tf.minimum(pads[1][1], 0)], [0, 0]])
+
+
+def _first(hits: tf.Tensor) -> tf.Tensor:
+    """The first True of each [kh, kw] window (axes 2 and 4) in row-major order."""
+    counts = tf.cast(hits, tf.int32)
+    earlier_in_row = tf.cumsum(counts, axis=4, exclusive=True) > 0
+    row_hit = tf.reduce_max(counts, axis=4, keepdims=True)
+    earlier_row = tf.cumsum(row_hit, axis=2, exclusive=True) > 0
+    return hits & ~earlier_in_row & ~earlier_row
+
+
+def _checked(input, ksize, strides, padding, data_format, what: str):
+    x = tf.convert_to_tensor(input)
+    rank = x.shape.rank
+    if rank not in (3, 4):
+        raise NotImplementedError(f"tfrepro exact tier: {what} over {rank}-D input is not covered (3-D and 4-D are)")
+    spatial = rank - 2
+    channels_first = data_format is not None and data_format.startswith("NC")
+    k, s = _pair(ksize, spatial, "ksize", channels_first), _pair(strides, spatial, "strides", channels_first)
+    if k != s:
+        raise NotImplementedError(f"tfrepro exact tier: {what} with strides {s} unlike the pool size {k} "
+                                  "(overlapping or gapped windows) is not covered")
+    padding = padding.upper() if isinstance(padding, str) else padding
+    if padding not in ("SAME", "VALID"):
+        raise NotImplementedError(f"tfrepro exact tier: {what} padding {padding!r} is not covered")
+    if channels_first:
+        x = tf.transpose(x, [0, *range(2, rank), 1])
+    if rank == 3:
+        x, k = tf.expand_dims(x, 1), [1, *k]
+    return x, k, padding, rank, channels_first
+
+
+def _restored(y: tf.Tensor, rank: int, channels_first: bool) -> tf.Tensor:
+    if rank == 3:
+        y = tf.squeeze(y, 1)
+    if channels_first:
+        y = tf.transpose(y, [0, rank - 1, *range(1, rank - 1)])
+    return y
+
+
+def _max_of_blocks(inputs: tf.Tensor, k, padding: str):
+    blocks, pads = _blocks(inputs, list(k), padding, float("-inf"))
+    top = tf.reduce_max(blocks, axis=[2, 4])
+    return blocks, pads, tf.where(tf.equal(top, 0), tf.zeros_like(top), top)  # XLA and TF's kernels pick -0 or +0 differently
+
+
+@functools.lru_cache(maxsize=None)
+def _max_pool_kernels(k: tuple[int, int], padding: str):
+    """The forward and backward of a max pool as XLA-compiled functions (their passes fuse; every
+    step is exact, so compiling cannot change a bit)."""
+    def forward(inputs):
+        return _max_of_blocks(inputs, k, padding)[2]
+
+    def backward(inputs, dy):
+        blocks, pads, top = _max_of_blocks(inputs, k, padding)
+        first = _first(tf.equal(blocks, top[:, :, None, :, None]))
+        return _unblock(tf.where(first, dy[:, :, None, :, None], tf.zeros_like(blocks)), pads, inputs)
+
+    return compiled(forward), compiled(backward)
+
+
+def max_pool(input, ksize, strides, padding, data_format=None, name=None):
+    """``tf.nn.max_pool`` (1-D and 2-D, non-overlapping windows) with a deterministic gradient that
+    XLA compiles: the first maximum of each window gets the window's gradient."""
+    if tf.convert_to_tensor(input).dtype not in EXACT_DTYPES + (tf.float64,):
+        return _stock.max_pool(input, ksize, strides, padding, data_format=data_format, name=name)
+    x, k, padding, rank, channels_first = _checked(input, ksize, strides, padding, data_format, "max pooling")
+    with tf.name_scope(name or "ExactMaxPool"):
+        forward, backward = _max_pool_kernels(tuple(k), padding)
+
+        @tf.custom_gradient
+        def pool(inputs):
+            return forward(inputs), lambda dy: backward(inputs, dy)
+
+        return _restored(pool(x), rank, channels_first)
+
+
+def max_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None):
+    return max_pool(input, ksize, strides, padding, data_format=data_format, name=name)
+
+
+def avg_pool(input, ksize, strides, padding, data_format=None, name=None):
+    """``tf.nn.avg_pool`` (1-D and 2-D, non-overlapping windows): an order-invariant window sum over
+    the count of real elements."""
+    if tf.convert_to_tensor(input).dtype not in EXACT_DTYPES + (tf.float64,):
+        return _stock.avg_pool(input, ksize, strides, padding, data_format=data_format, name=name)
+    x, k, padding, rank, channels_first = _checked(input, ksize, strides, padding, data_format, "average pooling")
+    with tf.name_scope(name or "ExactAvgPool"):
+        blocks, _ = _blocks(x, k, padding, 0.0)
+        counts, _ = _blocks(tf.ones_like(x[..., :1]), k, padding, 0.0)
+        # in float64, rounded once: XLA divides by a constant count as a multiply by its reciprocal
+        y = tf.cast(tf.cast(reduce_sum(blocks, axis=[2, 4]), tf.float64)
+                    / tf.cast(_stock.reduce_sum(counts, axis=[2, 4]), tf.float64), x.dtype)
+        return _restored(y, rank, channels_first)
+
+
+def max_pool_v1(value, ksize, strides, padding, data_format="NHWC", name=None, input=None):
+    """``tf.compat.v1.nn.max_pool`` (tf-keras's pooling layers)."""
+    return max_pool(value if input is None else input, ksize, strides, padding, data_format=data_format, name=name)
+
+
+def avg_pool_v1(value, ksize, strides, padding, data_format="NHWC", name=None, input=None):
+    """``tf.compat.v1.nn.avg_pool``."""
+    return avg_pool(value if input is None else input, ksize, strides, padding, data_format=data_format, name=name)
+
+
+def avg_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None):
+    return avg_pool(input, ksize, strides, padding, data_format=data_format, name=name)
