@@ -16,7 +16,7 @@ def _files(folder):
     return sorted(p.relative_to(folder) for p in folder.rglob("*"))
 
 
-# A notebook that starts localhost clusters runs with the other multi-worker tests (its own CI legs).
+# A notebook that starts localhost clusters is a multi-worker test too (`-m workers`).
 PARAMS = [pytest.param(p, marks=pytest.mark.workers) if '"--workers"' in p.read_text() else p for p in NOTEBOOKS]
 
 

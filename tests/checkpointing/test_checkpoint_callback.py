@@ -198,6 +198,7 @@ def test_cli_refuses_checkpoint_options_without_a_folder():
     assert proc.returncode == 2 and "need --checkpoint DIR" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_reports_a_checkpoint_of_another_model_in_one_line(tmp_path):
     code = ("import sys, numpy as np, tensorflow as tf; k = tf.keras; n = int(sys.argv[1]); "
             "m = k.Sequential([k.Input((2,)), k.layers.Dense(n)]); m.compile('sgd', 'mse'); "

@@ -154,6 +154,7 @@ def test_no_directory_outside_tfrepro_run_is_refused():
         tfrepro.LoopCheckpoint(model=1)
 
 
+@pytest.mark.slow
 def test_cli_says_in_one_line_when_a_custom_loop_checkpointed_nothing(tmp_path):
     """Under `tfrepro run --checkpoint`, a loop without Model.fit nor LoopCheckpoint: one line on
     stderr, and the script's own exit code."""

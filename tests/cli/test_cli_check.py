@@ -17,6 +17,7 @@ from conftest import SCRIPTS, clean_env, run_tfrepro
 pytestmark = pytest.mark.keras
 
 
+@pytest.mark.slow
 def test_check_passes_an_unmodified_script_and_keeps_the_traces(tmp_path):
     out = tmp_path / "out"
     for run in ("run-0", "run-1", "run-2", "run-3"):  # an earlier 4-run check in the same folder, 2 fits a run
@@ -35,6 +36,7 @@ def test_check_passes_an_unmodified_script_and_keeps_the_traces(tmp_path):
     assert "set order" in (out / "run-1" / "stdout.log").read_text()
 
 
+@pytest.mark.slow
 def test_check_without_patch_shows_the_divergence(tmp_path):
     proc = run_tfrepro("check", "--no-patch", "--out", str(tmp_path), "--", sys.executable, str(SCRIPTS / "unmodified.py"))
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
@@ -43,6 +45,7 @@ def test_check_without_patch_shows_the_divergence(tmp_path):
     assert f"to find the layer or op at fault: tfrepro doctor --no-patch -- {sys.executable} " in proc.stdout
 
 
+@pytest.mark.slow
 def test_check_reports_a_script_that_never_fits_or_fails(tmp_path):
     no_fit = tmp_path / "no_fit.py"
     no_fit.write_text("print('no training here')\n")
@@ -121,6 +124,7 @@ def test_compare_exit_codes(tmp_path):
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("tfrepro compare: error")
 
 
+@pytest.mark.slow
 def test_demo_runs_offline_and_matches(tmp_path):
     env = clean_env(KERAS_HOME=str(tmp_path / "keras-home"))
     proc = run_tfrepro("demo", "--epochs", "1", "--limit", "256", "--offline", "--out", str(tmp_path / "demo"), env=env)

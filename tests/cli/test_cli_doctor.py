@@ -12,6 +12,7 @@ CULPRIT = str(SCRIPTS / "culprit_fit.py")
 DEMO = ["-m", "tfrepro.examples.mnist_cnn", "--offline", "--limit", "256", "--epochs", "1"]
 
 
+@pytest.mark.slow
 def test_doctor_names_the_nondeterministic_layer_and_stops_the_script(tmp_path):
     proc = run_tfrepro("doctor", "--out", str(tmp_path), "--", sys.executable, CULPRIT)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
@@ -26,6 +27,7 @@ def test_doctor_names_the_nondeterministic_layer_and_stops_the_script(tmp_path):
     assert "\x1b[" not in proc.stdout  # piped: plain text
 
 
+@pytest.mark.slow
 def test_negative_control_the_deterministic_twin_is_clean_and_continue_trains_on(tmp_path):
     proc = run_tfrepro("doctor", "--continue", "--out", str(tmp_path), "--", sys.executable, CULPRIT, "--clean")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
@@ -33,6 +35,7 @@ def test_negative_control_the_deterministic_twin_is_clean_and_continue_trains_on
     assert "trained to the end" in (tmp_path / "stdout.log").read_text()
 
 
+@pytest.mark.slow
 def test_doctor_on_the_demo_example_is_clean_and_without_patch_it_is_not(tmp_path):
     proc = run_tfrepro("doctor", "--out", str(tmp_path / "patched"), "--", sys.executable, *DEMO)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
@@ -73,6 +76,7 @@ def test_a_script_that_never_fits_or_fails_exits_2(tmp_path):
     assert "broken before training" in proc.stdout
 
 
+@pytest.mark.slow
 def test_continue_hands_a_generator_back_to_fit_whole(tmp_path):
     script = tmp_path / "generator_fit.py"
     script.write_text("""
@@ -99,6 +103,7 @@ print("steps", Count.seen)
     assert "steps 6" in (tmp_path / "out" / "stdout.log").read_text()  # the batch the diagnosis read was given back
 
 
+@pytest.mark.slow
 def test_doctor_runs_a_custom_train_step_as_fit_runs_it(tmp_path):
     """The keras-io custom step, fed a dataset that yields x alone: `check` sees its runs diverge, and
     doctor names the layer instead of reporting clean."""

@@ -46,6 +46,7 @@ for _ in tf.data.Dataset.range(8).map(lambda i: tf.cast(i, tf.float32) + offset)
 """
 
 
+@pytest.mark.slow
 def test_keyed_pipelines_keep_their_parallel_maps_and_prefetch_under_op_determinism(tmp_path, keras):
     script = tmp_path / "pipelines.py"
     script.write_text(_SCRIPT)

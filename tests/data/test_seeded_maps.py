@@ -58,6 +58,7 @@ def _run(tmp_path, *args):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_two_fresh_processes_give_the_same_batches_each_epoch_new_and_any_parallelism(tmp_path):
     first, second = _run(tmp_path), _run(tmp_path)
     assert first == second  # byte-identical batches, 3 epochs, in two fresh processes
@@ -66,6 +67,7 @@ def test_two_fresh_processes_give_the_same_batches_each_epoch_new_and_any_parall
     assert first["seeded 4"] == epochs  # and the result does not depend on num_parallel_calls
 
 
+@pytest.mark.slow
 def test_negative_control_the_stateful_parallel_map_differs_between_runs(tmp_path):
     digests = {_run(tmp_path, "--control")["stateful"] for _ in range(3)}
     assert len(digests) > 1, "the stateful parallel map happened to agree in 3 runs"

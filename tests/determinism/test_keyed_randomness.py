@@ -107,11 +107,13 @@ def runs(tmp_path_factory):
     return found
 
 
+@pytest.mark.slow
 def test_two_fresh_processes_draw_the_same_everything(runs):
     first, second = ({k: v for k, v in run.items() if k != "control fit arrays"} for run in runs)
     assert first == second
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["fit arrays", "fit keyed pipeline"])
 def test_every_epoch_has_its_own_order_of_every_element(runs, what):
     epochs = runs[0][what]
@@ -120,6 +122,7 @@ def test_every_epoch_has_its_own_order_of_every_element(runs, what):
         assert all(sorted(e) == list(range(24)) for e in epochs)  # a permutation of the samples each epoch
 
 
+@pytest.mark.slow
 def test_fit_shuffle_order_is_the_keyed_permutation_of_the_epoch(runs):
     """Addressable: epoch E's order is computed from (seed, E) alone, whichever Keras runs it."""
     from tfrepro.determinism import fit_shuffling, keys
@@ -129,6 +132,7 @@ def test_fit_shuffle_order_is_the_keyed_permutation_of_the_epoch(runs):
         assert seen == order.tolist()
 
 
+@pytest.mark.slow
 def test_negative_control_keras3_repeats_one_order_under_tfs_global_seed(runs, keras):
     epochs = runs[0]["control fit arrays"]
     if _tf.keras_major(keras) >= 3:
@@ -137,16 +141,19 @@ def test_negative_control_keras3_repeats_one_order_under_tfs_global_seed(runs, k
         assert len({json.dumps(e) for e in epochs}) == 3  # Keras 2 draws them one after another
 
 
+@pytest.mark.slow
 def test_peeking_with_take_changes_nothing(runs):
     assert runs[0]["after take(1)"] == runs[0]["fit keyed pipeline"]
 
 
+@pytest.mark.slow
 def test_interleaved_files_draw_their_own_numbers(runs):
     draws = runs[0]["interleaved"]
     per_file = [tuple(draws[i:i + 4]) for i in range(0, 12, 4)]
     assert len(set(per_file)) == 3 and len(set(draws)) == 12
 
 
+@pytest.mark.slow
 def test_keyed_init_keeps_named_layers_when_a_layer_is_inserted(runs):
     run = runs[0]
     assert run["init"] == run["init inserted"]
@@ -183,6 +190,7 @@ def test_an_epoch_given_equals_the_clock_at_that_epoch(tf):
     orders = []
     for epoch in (2, 0, 2):
         tfrepro.data.set_epoch(epoch)
+        assert tfrepro.data.current_epoch() == epoch
         orders.append(list(clocked.as_numpy_iterator()))
         assert orders[-1] == list(tfrepro.data.shuffle(data, 10, seed=1, epoch=epoch).as_numpy_iterator())
     assert orders[0] == orders[2] != orders[1]

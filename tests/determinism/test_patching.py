@@ -171,6 +171,7 @@ def test_autotune_off_is_warned_about_and_left_alone(monkeypatch):
     assert report["TF_CUDNN_USE_AUTOTUNE"].ok is False
 
 
+@pytest.mark.slow
 def test_pythonhashseed_warning_points_to_tfrepro_run():
     unset = probe("hashseed")
     assert any("PYTHONHASHSEED was not set" in w and "tfrepro run" in w for w in unset["warnings"])

@@ -122,6 +122,7 @@ def test_importing_tensorflow_draws_from_pythons_random():
         pytest.skip("this TensorFlow's import does not draw from Python's random")
 
 
+@pytest.mark.slow
 def test_run_check_and_patch_in_the_script_draw_the_same_after_importing_tensorflow(tmp_path):
     script = tmp_path / "draws.py"
     script.write_text(_DRAWS_AFTER_TF.replace("; ", "\n"))
@@ -143,6 +144,7 @@ def _draws_file(path):
     return next(line for line in path.read_text().splitlines() if line.startswith("DRAWS"))
 
 
+@pytest.mark.slow
 def test_keras_imported_after_patch_is_seeded_when_it_loads(keras):
     """Layer seeds do not depend on whether Keras loaded before or after patch (under `run`, Keras 3
     imports TensorFlow halfway through its own import)."""

@@ -73,7 +73,8 @@ def _state(model):
 
 
 @pytest.mark.core
-@pytest.mark.parametrize("form", ["sequential", "functional", "subclassed", "nested"])
+@pytest.mark.parametrize("form", ["sequential", "functional", pytest.param("subclassed", marks=pytest.mark.slow),
+                                  pytest.param("nested", marks=pytest.mark.slow)])
 def test_the_layer_whose_gradient_varies_is_named_and_nothing_before_it(form, keras, tf):
     with tfrepro.patched(0):
         model = _model(form, keras, tf, _culprit(keras, tf, input_gradient=True))
@@ -104,6 +105,7 @@ def test_forward_noise_is_named_in_the_forward_pass_and_what_follows_is_downstre
     assert "first" not in diagnosis.where()[:diagnosis.where().index("culprit")]
 
 
+@pytest.mark.slow
 def test_a_skip_connection_does_not_move_the_blame(keras, tf):
     """The tensor `first` produces is read by the culprit and by the Add: the gradient `first` receives
     varies, but what each call passes back is compared per call, so the Add is not blamed."""
@@ -119,6 +121,7 @@ def test_a_skip_connection_does_not_move_the_blame(keras, tf):
     assert "add" not in diagnosis.where() and "first" in diagnosis.where("downstream")
 
 
+@pytest.mark.slow
 def test_a_shared_layer_is_not_blamed_for_what_reaches_it_through_another_call(keras, tf):
     culprit = _culprit(keras, tf, input_gradient=True)
 
@@ -163,6 +166,7 @@ def test_noise_in_the_models_own_call_is_named_as_the_model(keras, tf):
     assert next(f for f in diagnosis.findings if f.where == "first").details["phase"] == "backward"
 
 
+@pytest.mark.slow
 def test_every_tensor_argument_counts_as_input(keras, tf):
     """MultiHeadAttention(query, value): a varying value (its second argument) makes it downstream."""
     _, noise = make_layers(keras, tf)
@@ -186,6 +190,7 @@ def test_negative_control_the_same_model_without_the_shuffle_is_clean(keras, tf)
     assert diagnosis.clean, str(diagnosis)
 
 
+@pytest.mark.slow
 def test_weights_optimizer_state_and_rngs_are_unchanged_afterwards(keras, tf):
     with tfrepro.patched(0):
         model = _model("sequential", keras, tf, _culprit(keras, tf, input_gradient=True))
@@ -222,6 +227,7 @@ def _mnist_cnn(keras):
     return model
 
 
+@pytest.mark.slow
 def test_the_demo_mnist_cnn_under_patch_is_clean(keras, tf):
     from tfrepro.examples.datasets import load_mnist
 
@@ -288,6 +294,7 @@ def test_the_report_prints_renders_and_round_trips(keras, tf):
         tfrepro.Diagnosis.from_dict({"findings": [{"severity": "bad", "where": "x", "finding": "y"}]})
 
 
+@pytest.mark.slow
 def test_under_a_mirrored_strategy_the_layer_is_named(tmp_path, keras):
     """Two logical CPU devices must be set up before TensorFlow starts: a fresh process."""
     from conftest import run_python

@@ -78,7 +78,7 @@ def test_run_on_a_script_without_tensorflow_never_imports_it(tmp_path):
         repr(random.Random(4).random())  # seeded before the first line
 
 
-@pytest.mark.parametrize("first", ["tensorflow", "keras"])
+@pytest.mark.parametrize("first", ["tensorflow", pytest.param("keras", marks=pytest.mark.slow)])
 def test_tensorflow_imported_mid_script_is_patched_before_the_next_line(tmp_path, first):
     script = tmp_path / "late.py"
     script.write_text(

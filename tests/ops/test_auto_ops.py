@@ -168,6 +168,7 @@ print(json.dumps({"weights": digests, "ops": list(state.active_ops()), "status":
 """
 
 
+@pytest.mark.slow
 def test_upsampling_and_batch_norm_fine_tuning_train_identically_in_fresh_processes(tmp_path, keras):
     script = tmp_path / "train.py"
     script.write_text(_TRAIN)

@@ -233,6 +233,7 @@ def test_tfrepro_run_ops_flag_rebinds_in_an_unmodified_script():
     assert without.stdout.strip().splitlines()[-1] != "tfrepro.ops.segment"
 
 
+@pytest.mark.slow
 def test_tfrepro_run_replaces_what_the_gpu_cannot_run_by_default_and_ops_none_nothing():
     code = "import tensorflow as tf; print(tf.math.bincount.__module__, tf.math.unsorted_segment_sum.__module__)"
     default = run_tfrepro("run", "--", sys.executable, "-c", code)

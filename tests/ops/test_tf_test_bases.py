@@ -43,7 +43,7 @@ def _methods(base: type) -> list[str]:
                   for name, value in vars(klass).items() if name.startswith("test") and callable(value))
 
 
-@pytest.mark.parametrize("op", BASES)
+@pytest.mark.parametrize("op", [pytest.param(op, marks=pytest.mark.slow) if op == "bias_add" else op for op in BASES])
 def test_tf_kernel_test_base_passes_on_tfrepro_ops(op, monkeypatch):
     module_name, class_name, left_out = BASES[op]
     base = getattr(pytest.importorskip(module_name), class_name)

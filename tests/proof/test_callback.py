@@ -102,6 +102,7 @@ def test_unseeded_forward_noise_diverges_in_the_batch0_loss(keras):
     assert (d.epoch, d.batch) == (0, 0) and d.quantity == "loss" and d.loss_delta > 0
 
 
+@pytest.mark.slow
 def test_deterministic_training_verifies_identical(keras):
     def train():
         model = small_model(keras, keras.layers.Dropout(0.5, name="middle"))
@@ -112,6 +113,7 @@ def test_deterministic_training_verifies_identical(keras):
     tfrepro.testing.assert_reproducible(train)
 
 
+@pytest.mark.slow
 def test_warnings_name_the_users_line_and_a_second_verify_is_not_called_late(keras, monkeypatch):
     import warnings
 
@@ -159,6 +161,7 @@ def _again(keras, callback, epochs=1, middle=None):
     return fit(small_model(keras, middle), [callback], epochs=epochs)
 
 
+@pytest.mark.slow
 def test_live_comparison_raises_warns_or_stops(keras, callback_class, tmp_path):
     grad_layer, _ = make_layers(keras, tf)
     reference = _reference(keras, callback_class, tmp_path, middle=grad_layer(8, shuffle=False, name="middle"))
@@ -217,6 +220,7 @@ def test_reference_from_another_model_is_not_comparable(keras, callback_class, t
         _again(keras, callback_class(reference=reference), middle=wider)
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_over_two_logical_cpus_records_and_compares():
     proc = run_python(str(SCRIPTS / "mirrored.py"))
     assert proc.returncode == 0, proc.stderr[-3000:]

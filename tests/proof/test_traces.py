@@ -204,3 +204,17 @@ def test_not_comparable_is_said_in_one_line(tmp_path):
     comparison = tfrepro.compare(a, tmp_path / "b.jsonl")
     assert comparison.mismatch_summary == ("A has 1 variable, B has 2; first difference: variable 0 (d/kernel): "
                                            "shape [2, 1] vs [3, 1]")
+
+
+def test_assert_traces_identical_returns_the_comparison_or_fails_with_the_divergence(tmp_path):
+    from tfrepro.testing import assert_traces_identical
+
+    end = {"type": "end", "weights": ["00" * 16]}
+    a = write(tmp_path / "a.jsonl", [batch(0), batch(1), end])
+    same = write(tmp_path / "same.jsonl", [batch(0), batch(1), end])
+    other = write(tmp_path / "other.jsonl", [batch(0), batch(1, loss=0.25), end])
+    comparison = assert_traces_identical(a, same)
+    assert comparison.identical and comparison.records_compared >= 3
+    with pytest.raises(AssertionError, match="traces differ") as raised:
+        assert_traces_identical(a, other)
+    assert "batch 1" in str(raised.value)

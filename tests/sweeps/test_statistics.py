@@ -148,3 +148,19 @@ def test_save_makes_its_folder(tmp_path):
     sweep = SweepResult.of([0.1, 0.2], "loss")
     sweep.save(tmp_path / "new" / "deeper")
     assert SweepResult.from_dict(json.loads((tmp_path / "new" / "deeper" / "sweep.json").read_text())) == sweep
+
+
+def test_report_metric_writes_for_a_launcher_and_is_silent_outside_one(tmp_path, monkeypatch):
+    import tfrepro
+    from tfrepro.launching.config import ENV_NAMES
+    from tfrepro.sweeps.metrics import REPORTED
+
+    monkeypatch.delenv(ENV_NAMES["trace_dir"], raising=False)
+    tfrepro.report_metric("accuracy", 0.5)  # outside a launcher: nothing, anywhere
+    assert not (tmp_path / REPORTED).exists()
+    monkeypatch.setenv(ENV_NAMES["trace_dir"], str(tmp_path))
+    tfrepro.report_metric("accuracy", 0.5)
+    tfrepro.report_metric("loss", float("nan"))
+    assert json.loads((tmp_path / REPORTED).read_text()) == {"accuracy": 0.5, "loss": "nan"}
+    with pytest.raises(ValueError, match="non-empty string"):
+        tfrepro.report_metric("", 1.0)

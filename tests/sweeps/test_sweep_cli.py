@@ -132,3 +132,15 @@ def _assert_drawn(path):
     pixels = imread(path)
     assert pixels.shape[0] > 100 and pixels.shape[1] > 100
     assert np.std(pixels) > 0.05 and np.mean(pixels[..., :3] < 0.5) > 0.005  # not blank: some dark ink
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--seeds", "4-2"), "--seeds"),
+    (("--seeds", "0-1", "--jobs", "0"), "--jobs"),
+    (("--seeds", "0-1", "--shard", "2/2"), "--shard"),
+])
+def test_sweep_bad_options_exit_2_in_one_line_before_any_run(tmp_path, script, args, message):
+    proc = run_tfrepro("sweep", "--metric", "score", *args, "--out", str(tmp_path / "out"), "--",
+                       sys.executable, str(script), str(tmp_path / "runs.txt"))
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "runs.txt").exists() and not (tmp_path / "out").exists()
