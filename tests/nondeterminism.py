@@ -57,9 +57,12 @@ def make_layers(keras, tf):
 
 
 def make_noisy_gradient_dense(keras, tf):
-    """A bias-free Dense whose kernel gradient gets noise from OS entropy (normal, 1e-3) on every
-    step: a stand-in for GPU atomics whose difference always reaches the weights (an order-only
-    difference can round to the same bits for many steps on some models)."""
+    """A bias-free Dense whose kernel gradient gets noise from OS entropy (normal, 1e-3, times
+    1 + |gradient|) on every step: a stand-in for GPU atomics whose difference always reaches the
+    weights (an order-only difference can round to the same bits for many steps on some models).
+    The noise grows with the gradient so that it survives float16: under mixed precision the
+    gradient is loss-scaled (2**15) before the sum, and a fixed 1e-3 rounds away there in most
+    steps (the zoo's doctor cell for mixed_float16 then saw nothing in about half the runs)."""
     base, _ = make_layers(keras, tf)
 
     class NoisyGradientDense(base):
@@ -69,7 +72,7 @@ def make_noisy_gradient_dense(keras, tf):
                 def grad(dy):
                     summed = tf.matmul(x, dy, transpose_a=True)
                     noise = tf.reshape(tf.numpy_function(_random_noise, [tf.shape(summed)], tf.float32), tf.shape(summed))
-                    return tf.matmul(dy, kernel, transpose_b=True), summed + tf.cast(noise, summed.dtype)
+                    return tf.matmul(dy, kernel, transpose_b=True), summed + tf.cast(noise, summed.dtype) * (1 + tf.abs(summed))
 
                 return tf.matmul(x, kernel), grad
 

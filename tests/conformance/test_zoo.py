@@ -7,7 +7,8 @@ Columns (capabilities) and what a supported cell demands:
 - ``check``: ``tfrepro check`` says identical; with a planted culprit it says diverged (with
   ``--gradients``: a gradient's difference can stay below the weights' rounding for a while), in
   every pattern's own ``fit``;
-- ``doctor``: ``tfrepro doctor`` names the planted culprit as nondeterministic;
+- ``doctor``: ``tfrepro doctor`` names the planted culprit as nondeterministic (``--every-fit``:
+  every pattern's own ``fit`` diagnosed in one process);
 - ``resume``: under ``tfrepro run --checkpoint``, a run killed with SIGKILL and started again ends
   on the uninterrupted run's bits;
 - ``seed``: seed S means one computation: ``tfrepro run --seed S``, each run of
@@ -26,10 +27,12 @@ Columns (capabilities) and what a supported cell demands:
 
 A cell that a capability does not support is in ``REFUSED``: the test demands that the capability
 refuses it by name (the message it must print), and the README lists it (``test_docs``-style check
-at the bottom). The ``patch``, ``check`` and ``seed`` columns run every pattern in one process per
-entry point (``zoo.py all``): crossing processes is their point, and a pattern whose computation
-leaked into the next one's would show there too; so does ``workers``, in one cluster per run. ``doctor`` and ``resume`` need a process per
-pattern. The processes run two at a time, started as soon as the first zoo test needs them.
+at the bottom). Every column but ``resume`` runs every pattern in one process per entry point
+(``zoo.py all``): crossing processes is the point of ``patch``, ``check`` and ``seed``, and a
+pattern whose computation leaked into the next one's would show there too; ``workers`` runs one
+cluster per run, ``doctor`` diagnoses each pattern's ``fit`` in turn. ``resume`` needs a process per
+pattern (a process is killed once), and a refused cell one for the pattern alone. The processes run
+two at a time, started as soon as the first zoo test needs them.
 """
 
 from __future__ import annotations
@@ -159,6 +162,10 @@ def _entry_point(folder: Path, entry: str, planted: str = "0", skip: str = "") -
                         *_python("all"), env=env)
     elif entry == "doctor":
         proc = _tfrepro(folder, "doctor", "--continue", *seed, "--out", str(folder / "out"), *_python("all"), env=env)
+    elif entry == "doctor_every_fit":  # the planted culprit in every pattern, each pattern's fit diagnosed
+        proc = _tfrepro(folder, "doctor", "--every-fit", *seed, "--out", str(folder / "out"), *_python("all"),
+                        env=_env(results, ZOO_PLANT="1", ZOO_SKIP=",".join(p for p, c in REFUSED if c == "doctor")))
+        return _job(folder, proc, results, reports=_reports(folder / "out"))
     elif entry == "checkpoint":
         proc = _tfrepro(folder, "run", *seed, "--checkpoint", str(folder / "ckpt"), *_python("all"), env=env)
     elif entry in ("exact", "exact2"):  # the exact tier: 1 thread; 2 threads with oneDNN off
@@ -191,13 +198,22 @@ def _check_alone(folder: Path, pattern: str) -> dict:
     return _job(folder, proc, results)
 
 
+def _reports(out: Path) -> list[dict]:
+    """The diagnoses ``tfrepro doctor`` wrote, one per ``fit`` diagnosed, in order."""
+    from tfrepro.diagnosis.doctoring import REPORT, report_path
+
+    found = []
+    while report_path(out / REPORT, len(found)).exists():
+        found.append(json.loads(report_path(out / REPORT, len(found)).read_text()))
+    return found
+
+
 def _doctor(folder: Path, pattern: str) -> dict:
-    """``tfrepro doctor`` on one pattern with its culprit planted."""
+    """``tfrepro doctor`` on one pattern alone, with its culprit planted (a refused cell)."""
     results = folder / "results.jsonl"
     proc = _tfrepro(folder, "doctor", "--seed", str(SEED), "--out", str(folder / "out"), *_python(pattern),
                     env=_env(results, ZOO_PLANT="1"))
-    report = folder / "out" / "diagnosis.json"
-    return _job(folder, proc, results, report=json.loads(report.read_text()) if report.exists() else None)
+    return _job(folder, proc, results)
 
 
 def _resume(folder: Path, pattern: str) -> dict:
@@ -227,7 +243,7 @@ def _jobs_for(capability: str, pattern: str) -> list[tuple[str, ...]]:
                  "resume": ("resume", pattern), "workers": ("workers", pattern)}[capability]]
     return {"patch": [("entry", "run"), ("entry", "check"), ("entry", "inscript")],
             "check": [("entry", "check"), ("entry", "check", "1")],
-            "doctor": [("doctor", pattern)],
+            "doctor": [("entry", "doctor_every_fit")],
             "resume": [("resume", pattern)],
             "keyed": [("entry", "keyed"), ("entry", "keyed2")],
             "exact": [("entry", "exact"), ("entry", "exact2")],
@@ -327,9 +343,11 @@ def test_check(runs, pattern):
 def test_doctor(runs, pattern):
     if (pattern, "doctor") in REFUSED:
         return _refusal(runs, "doctor", pattern)
-    job = runs.get("doctor", pattern)
+    index = [p for p in PATTERNS if (p, "doctor") not in REFUSED].index(pattern)  # fit-K of `zoo.py all`
+    job = runs.get("entry", "doctor_every_fit")
     assert job["returncode"] == 1, job["stdout"][-2000:] + job["stderr"][-3000:]
-    findings = job["report"]["diagnosis"]["findings"]
+    assert len(job["reports"]) == len([p for p in PATTERNS if (p, "doctor") not in REFUSED]), job["stdout"][-2000:]
+    findings = job["reports"][index]["diagnosis"]["findings"]
     blamed = [f["where"] for f in findings if f["severity"] == "nondeterministic"]
     assert blamed and "culprit" in blamed[0], json.dumps(findings, indent=1)[:3000]
 

@@ -304,13 +304,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     command = _command(args)
     bootstrap_command(command)  # fail fast on a bad command, before any folder is made
     out = _out_dir(args.out, "tfrepro-doctor-")
-    result = rendering.with_progress("tfrepro doctor: the first Model.fit", 1, lambda on_run: doctor(
+    which = "every Model.fit" if args.every_fit else "the first Model.fit"
+    result = rendering.with_progress(f"tfrepro doctor: {which}", 1, lambda on_run: doctor(
         command, config=config, out=out, repeats=args.repeats, keep_going=args.keep_going,
-        tf_version=args.tf_version))
+        tf_version=args.tf_version, every_fit=args.every_fit))
     rendering.print_doctor(result, out)
     if result.diagnosis is None:
         return ExitCode.USAGE
-    return ExitCode.OK if result.diagnosis.clean else ExitCode.DIVERGED
+    return ExitCode.OK if result.clean else ExitCode.DIVERGED
 
 
 def _check_plot_path(path: str | None) -> None:
@@ -486,6 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--repeats", type=int, default=3, help="repeats of the step (default 3; 0: static scan only)")
     doctor.add_argument("--continue", dest="keep_going", action="store_true",
                         help="let the script train on after the diagnosis")
+    doctor.add_argument("--every-fit", action="store_true",
+                        help="diagnose every Model.fit of the script, not only the first (the script trains on; "
+                             "fit K's diagnosis goes to diagnosis-K.json); exit 1 if any has findings")
     doctor.add_argument("--tf-version", default=None, metavar="X.Y",
                         help="scan against this TensorFlow version's facts (default: the installed one)")
     doctor.add_argument("--no-patch", action="store_true", help="run the script without tfrepro.patch, as it is")

@@ -155,8 +155,10 @@ def print_check(result: CheckResult, out: Path, diagnose_with: str | None = None
 def print_doctor(result: DoctorResult, out: Path) -> None:
     """The outcome of ``tfrepro doctor``: the diagnosis, or why there is none (with the script's stderr)."""
     out_console = console()
-    if result.diagnosis is not None:
-        show(result.diagnosis, str(result.diagnosis))
+    for fit, diagnosis in enumerate(result.diagnoses):
+        if len(result.diagnoses) > 1:
+            out_console.print(Text(f"Model.fit call {fit}:", style="bold"))
+        show(diagnosis, str(diagnosis))
     if result.failure:
         out_console.print(Text(result.failure, style="bold red"))
         tail = result.run.stderr_tail()

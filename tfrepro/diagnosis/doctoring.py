@@ -1,10 +1,13 @@
-"""``tfrepro doctor``: ``tfrepro.diagnose`` on the first ``Model.fit`` of an unmodified script.
+"""``tfrepro doctor``: ``tfrepro.diagnose`` on the first ``Model.fit`` of an unmodified script, or on
+every one.
 
 The parent (``doctor``) launches the script as ``tfrepro run`` would (patched unless told not to),
 through this module's ``main``, which wraps the launcher's bootstrap: the first ``Model.fit`` is
 diagnosed on its own model and first batch, the diagnosis is written atomically to
-``diagnosis.json``, and the script stops there (or, with ``keep_going``, trains on). The parent
-reads the diagnosis back; a script that fails or never calls ``fit`` is said so.
+``diagnosis.json``, and the script stops there (or, with ``keep_going``, trains on). With
+``every_fit`` the script trains on and each later ``fit`` K is diagnosed the same way, to
+``diagnosis-K.json``. The parent reads the diagnoses back; a script that fails or never calls
+``fit`` is said so.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,13 @@ from tfrepro.proof.fit_recording import intercept_fits
 
 REPORT = "diagnosis.json"
 _ENV = {"report": "TFREPRO_DOCTOR_REPORT", "repeats": "TFREPRO_DOCTOR_REPEATS",
-        "keep_going": "TFREPRO_DOCTOR_CONTINUE", "tf_version": "TFREPRO_DOCTOR_TF_VERSION"}
+        "keep_going": "TFREPRO_DOCTOR_CONTINUE", "every_fit": "TFREPRO_DOCTOR_EVERY_FIT",
+        "tf_version": "TFREPRO_DOCTOR_TF_VERSION"}
+
+
+def report_path(first: Path, fit: int) -> Path:
+    """Where the diagnosis of the script's ``fit``-th ``Model.fit`` goes: ``first`` for the first."""
+    return first if fit == 0 else first.with_name(f"{first.stem}-{fit}{first.suffix}")
 
 
 @dataclass(frozen=True)
@@ -41,10 +50,11 @@ class DoctorOptions:
     repeats: int = 3
     keep_going: bool = False
     tf_version: str | None = None
+    every_fit: bool = False
 
     def to_env(self) -> dict[str, str]:
         env = {_ENV["report"]: self.report, _ENV["repeats"]: str(self.repeats),
-               _ENV["keep_going"]: "1" if self.keep_going else "0"}
+               _ENV["keep_going"]: "1" if self.keep_going else "0", _ENV["every_fit"]: "1" if self.every_fit else "0"}
         if self.tf_version:
             env[_ENV["tf_version"]] = self.tf_version
         return env
@@ -53,7 +63,8 @@ class DoctorOptions:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> DoctorOptions:
         environ = os.environ if environ is None else environ
         return cls(environ[_ENV["report"]], int(environ.get(_ENV["repeats"], "3")),
-                   environ.get(_ENV["keep_going"]) == "1", environ.get(_ENV["tf_version"]) or None)
+                   environ.get(_ENV["keep_going"]) == "1", environ.get(_ENV["tf_version"]) or None,
+                   environ.get(_ENV["every_fit"]) == "1")
 
 
 def main(argv: list[str]) -> None:
@@ -69,8 +80,9 @@ def _diagnose_first_fit(options: DoctorOptions) -> Iterator[None]:
     done = []
 
     def handle(original: Callable[..., Any], bound: inspect.BoundArguments) -> Any:
-        if done:
+        if done and not options.every_fit:
             return original(*bound.args, **bound.kwargs)
+        report = report_path(Path(options.report), len(done))
         done.append(True)
         given = bound.arguments
         x = given.get("x")
@@ -86,8 +98,8 @@ def _diagnose_first_fit(options: DoctorOptions) -> Iterator[None]:
         except Exception as exc:  # reported to the parent, which exits 2 with it; the traceback goes to the log
             logging.getLogger(__name__).exception("tfrepro doctor: the diagnosis failed")
             payload = {"error": f"{type(exc).__name__}: {exc}"}
-        write_atomically(Path(options.report), json.dumps(payload, indent=1))
-        if not options.keep_going or "error" in payload:
+        write_atomically(report, json.dumps(payload, indent=1))
+        if not (options.keep_going or options.every_fit) or "error" in payload:
             sys.stdout.flush()
             raise SystemExit(0)
         return original(*bound.args, **bound.kwargs)
@@ -104,22 +116,31 @@ def _rejoined(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
 
 @dataclass
 class DoctorResult:
-    """The script's run and its diagnosis, or why there is none (``failure``)."""
+    """The script's run and its diagnosis (the first fit's; ``diagnoses`` holds every fit's that was
+    diagnosed), or why there is none (``failure``)."""
 
     run: RunOutcome
     diagnosis: Diagnosis | None = None
     failure: str = ""
     report: Path | None = None
+    diagnoses: list[Diagnosis] = field(default_factory=list)  # one per Model.fit diagnosed, in order
+
+    @property
+    def clean(self) -> bool:
+        """Whether every fit diagnosed is clean (and there was one)."""
+        return bool(self.diagnoses) and all(diagnosis.clean for diagnosis in self.diagnoses)
 
 
 def doctor(command: list[str], *, config: LaunchConfig, out: Path, repeats: int = 3, keep_going: bool = False,
-           tf_version: str | None = None) -> DoctorResult:
+           tf_version: str | None = None, every_fit: bool = False) -> DoctorResult:
     """Run ``command`` (a Python command, as for ``tfrepro run``) and diagnose its first
-    ``Model.fit``; see the module doc. Raises ``LaunchError`` for a command that cannot be launched."""
+    ``Model.fit``, or every one (``every_fit``, which lets the script train on); see the module doc.
+    Raises ``LaunchError`` for a command that cannot be launched."""
     argv = bootstrap_command(command, entry=__name__)
     report = out / REPORT
-    report.unlink(missing_ok=True)
-    options = DoctorOptions(str(report.resolve()), repeats, keep_going, tf_version)
+    for stale in [report, *out.glob(f"{report.stem}-*{report.suffix}")]:
+        stale.unlink(missing_ok=True)
+    options = DoctorOptions(str(report.resolve()), repeats, keep_going, tf_version, every_fit)
     run = run_once(argv, config, out, 0, record=False, extra_env=options.to_env())
     if not report.exists():
         if run.returncode != 0:
@@ -127,10 +148,15 @@ def doctor(command: list[str], *, config: LaunchConfig, out: Path, repeats: int 
                                              "Model.fit")
         return DoctorResult(run, failure="the script never called Model.fit, so there is nothing to diagnose "
                                          "(tfrepro doctor diagnoses the first Keras Model.fit)")
-    payload = json.loads(report.read_text())
-    if "error" in payload:
-        return DoctorResult(run, failure=f"the diagnosis failed: {payload['error']}", report=report)
-    result = DoctorResult(run, Diagnosis.from_dict(payload["diagnosis"]), report=report)
+    diagnoses = []
+    while report_path(report, len(diagnoses)).exists():
+        payload = json.loads(report_path(report, len(diagnoses)).read_text())
+        if "error" in payload:
+            where = f" of Model.fit call {len(diagnoses)}" if diagnoses else ""
+            return DoctorResult(run, report=report, diagnoses=diagnoses, failure=f"the diagnosis{where} failed: "
+                                                                              f"{payload['error']}")
+        diagnoses.append(Diagnosis.from_dict(payload["diagnosis"]))
+    result = DoctorResult(run, diagnoses[0], report=report, diagnoses=diagnoses)
     if run.returncode != 0:
         result.failure = f"the script went on after the diagnosis and then failed with exit code {run.returncode}"
     return result
