@@ -36,7 +36,7 @@ class _Test:
     name: str
     slow: bool
     trains: bool = False                             # launches a process that trains
-    names: set[str] = field(default_factory=set)     # every identifier and attribute reached
+    names: set[str] = field(default_factory=set)     # every attribute reached, and every name imported
     strings: set[str] = field(default_factory=set)   # every string constant reached
 
 
@@ -44,8 +44,11 @@ def _marks(decorators: list[ast.expr]) -> set[str]:
     """The ``pytest.mark.X`` names among decorators or in a ``pytestmark`` value."""
     found = set()
     for node in decorators:
+        params = [sub for sub in ast.walk(node) if isinstance(sub, ast.Call) and getattr(sub.func, "attr", "") == "param"]
+        inside_params = {id(sub) for param in params for sub in ast.walk(param)}  # a mark of one case, not the test's
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute) and sub.value.attr == "mark":
+            if (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute) and sub.value.attr == "mark"
+                    and id(sub) not in inside_params):
                 found.add(sub.attr)
     return found
 
@@ -57,6 +60,14 @@ def _callee(call: ast.Call) -> str:
     return func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
 
 
+def _runs_a_command(call: ast.Call) -> bool:
+    """Whether a launch runs the command it is given: ``tfrepro compare``, ``env`` or ``status`` only
+    read their arguments."""
+    if _callee(call) != "run_tfrepro" or not call.args or not isinstance(call.args[0], ast.Constant):
+        return True
+    return call.args[0].value in ("run", "check", "doctor", "sweep", "demo")
+
+
 class _Module:
     """One test file: its module-level definitions, and what each test reaches through them."""
 
@@ -64,6 +75,8 @@ class _Module:
         self.tree = ast.parse(path.read_text(), str(path))
         self.definitions: dict[str, ast.AST] = {}
         self.marks: set[str] = set()
+        self.imported = {alias.asname or alias.name for node in self.tree.body if isinstance(node, ast.ImportFrom)
+                         for alias in node.names}
         for node in self.tree.body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 self.definitions[node.name] = node
@@ -93,17 +106,17 @@ class _Module:
         process whose command names a training workload."""
         local: dict[str, list[ast.AST]] = {}
         for sub in ast.walk(function):
-            if isinstance(sub, ast.Assign):
-                for target in sub.targets:
+            if isinstance(sub, (ast.Assign, ast.For)):
+                for target in sub.targets if isinstance(sub, ast.Assign) else [sub.target]:
                     for name in ast.walk(target):
                         if isinstance(name, ast.Name):
-                            local.setdefault(name.id, []).append(sub.value)
+                            local.setdefault(name.id, []).append(sub.value if isinstance(sub, ast.Assign) else sub.iter)
             elif isinstance(sub, ast.Call) and _callee(sub) == "write_text" and isinstance(sub.func, ast.Attribute):
                 written = sub.func.value  # script.write_text(TEXT): `script` names TEXT
                 if isinstance(written, ast.Name):
                     local.setdefault(written.id, []).extend(sub.args)
         for sub in ast.walk(function):
-            if isinstance(sub, ast.Call) and _callee(sub) in LAUNCHERS | {"run"}:
+            if isinstance(sub, ast.Call) and _callee(sub) in LAUNCHERS | {"run"} and _runs_a_command(sub):
                 said = set().union(*(self.strings(arg, local, set()) for arg in [*sub.args, *sub.keywords]))
                 if any(word in text for text in said for word in TRAINING_WORDS):
                     return True
@@ -120,8 +133,11 @@ class _Module:
         for sub in ast.walk(function):
             if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
                 test.strings.add(sub.value)
+            elif isinstance(sub, ast.ImportFrom):
+                test.names |= {alias.asname or alias.name for alias in sub.names}
             elif isinstance(sub, ast.Name):
-                test.names.add(sub.id)
+                if sub.id in self.imported:
+                    test.names.add(sub.id)
                 if sub.id not in seen and sub.id in self.definitions:
                     seen.add(sub.id)
                     self.reached(self.definitions[sub.id], test, seen)

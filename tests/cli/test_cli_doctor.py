@@ -157,3 +157,11 @@ def test_every_fit_diagnoses_each_fit_and_names_the_culprit_in_the_second(tmp_pa
     blamed = [f["where"] for f in reports[1] if f["severity"] == "nondeterministic"]
     assert blamed and blamed[0].startswith("summing"), reports[1]
     assert (tmp_path / "every" / "stdout.log").read_text().count("trained to the end") == 2
+    crashing = tmp_path / "crashing.py"  # the clean fit, then a crash before the next: not every fit was seen
+    crashing.write_text(f"import runpy, sys\nsys.argv = ['culprit_fit.py', '--clean']\nrunpy.run_path({CULPRIT!r})\n"
+                        "raise SystemExit(3)\n")
+    (tmp_path / "crash").mkdir()
+    (tmp_path / "crash" / "diagnosis-notes.json").write_text("{}")  # the user's file, not a stale report
+    crashed = run_tfrepro("doctor", "--every-fit", "--out", str(tmp_path / "crash"), "--", sys.executable, str(crashing))
+    assert crashed.returncode == 2 and "failed with exit code 3" in crashed.stdout, crashed.stdout
+    assert (tmp_path / "crash" / "diagnosis-notes.json").exists()

@@ -164,3 +164,20 @@ def test_report_metric_writes_for_a_launcher_and_is_silent_outside_one(tmp_path,
     assert json.loads((tmp_path / REPORTED).read_text()) == {"accuracy": 0.5, "loss": "nan"}
     with pytest.raises(ValueError, match="non-empty string"):
         tfrepro.report_metric("", 1.0)
+
+
+def test_sweep_in_process_seeds_each_run_and_records_a_failing_seed():
+    import random
+
+    import tfrepro
+
+    def train(seed):
+        if seed == 2:
+            raise RuntimeError("diverged to nan")
+        return random.random()
+
+    result = tfrepro.sweep(train, seeds=[0, 1, 2], metric="score")
+    assert [run.seed for run in result.runs] == [0, 1, 2] and result.metric == "score"
+    assert [run.value for run in result.runs[:2]] == [random.Random(0).random(), random.Random(1).random()]
+    assert result.runs[2].status == "failed" and "diverged to nan" in result.runs[2].detail
+    assert list(result.values) == [run.value for run in result.runs[:2]]

@@ -309,7 +309,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         command, config=config, out=out, repeats=args.repeats, keep_going=args.keep_going,
         tf_version=args.tf_version, every_fit=args.every_fit))
     rendering.print_doctor(result, out)
-    if result.diagnosis is None:
+    if result.diagnosis is None or (args.every_fit and result.failure):  # --every-fit: not every fit was seen
         return ExitCode.USAGE
     return ExitCode.OK if result.clean else ExitCode.DIVERGED
 
@@ -489,7 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="let the script train on after the diagnosis")
     doctor.add_argument("--every-fit", action="store_true",
                         help="diagnose every Model.fit of the script, not only the first (the script trains on; "
-                             "fit K's diagnosis goes to diagnosis-K.json); exit 1 if any has findings")
+                             "fit K's diagnosis goes to diagnosis-K.json); exit 1 if any has findings, 2 if the script or a "
+                             "diagnosis failed before the script's end")
     doctor.add_argument("--tf-version", default=None, metavar="X.Y",
                         help="scan against this TensorFlow version's facts (default: the installed one)")
     doctor.add_argument("--no-patch", action="store_true", help="run the script without tfrepro.patch, as it is")

@@ -117,7 +117,7 @@ def _rejoined(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
 @dataclass
 class DoctorResult:
     """The script's run and its diagnosis (the first fit's; ``diagnoses`` holds every fit's that was
-    diagnosed), or why there is none (``failure``)."""
+    diagnosed), or why there is none, or why the diagnoses stop short (``failure``)."""
 
     run: RunOutcome
     diagnosis: Diagnosis | None = None
@@ -138,7 +138,8 @@ def doctor(command: list[str], *, config: LaunchConfig, out: Path, repeats: int 
     Raises ``LaunchError`` for a command that cannot be launched."""
     argv = bootstrap_command(command, entry=__name__)
     report = out / REPORT
-    for stale in [report, *out.glob(f"{report.stem}-*{report.suffix}")]:
+    for stale in [report, *(p for p in out.glob(f"{report.stem}-*{report.suffix}")
+                            if p.stem.rpartition("-")[2].isdigit())]:
         stale.unlink(missing_ok=True)
     options = DoctorOptions(str(report.resolve()), repeats, keep_going, tf_version, every_fit)
     run = run_once(argv, config, out, 0, record=False, extra_env=options.to_env())
@@ -153,8 +154,8 @@ def doctor(command: list[str], *, config: LaunchConfig, out: Path, repeats: int 
         payload = json.loads(report_path(report, len(diagnoses)).read_text())
         if "error" in payload:
             where = f" of Model.fit call {len(diagnoses)}" if diagnoses else ""
-            return DoctorResult(run, report=report, diagnoses=diagnoses, failure=f"the diagnosis{where} failed: "
-                                                                              f"{payload['error']}")
+            return DoctorResult(run, diagnoses[0] if diagnoses else None, report=report, diagnoses=diagnoses,
+                                failure=f"the diagnosis{where} failed: {payload['error']}")
         diagnoses.append(Diagnosis.from_dict(payload["diagnosis"]))
     result = DoctorResult(run, diagnoses[0], report=report, diagnoses=diagnoses)
     if run.returncode != 0:
