@@ -37,6 +37,22 @@ def run_tfrepro(*args: str, env: dict[str, str] | None = None, timeout: float = 
     return run_python("-m", "tfrepro", *args, env=env, timeout=timeout)
 
 
+def write_trace(path, losses, shape=(2, 1)) -> str:
+    """A trace of a one-variable model with these per-batch losses, ended; returns its path."""
+    from tfrepro.proof.traces import VERSION, TraceWriter, float_bits
+
+    header = {"type": "header", "format": "tfrepro-trace", "version": VERSION, "environment": {},
+              "model": {"layers": ["d"], "variables": [{"name": "d/kernel", "layer": "d", "shape": list(shape),
+                                                        "dtype": "float32"}]}}
+    with TraceWriter(path) as writer:
+        writer.write(header)
+        for step, loss in enumerate(losses):
+            writer.write({"type": "batch", "epoch": 0, "batch": step, "step": step, "logs": {"loss": loss},
+                          "bits": {"loss": float_bits(loss)}, "weights": ["0" * 32]})
+        writer.write({"type": "end", "weights": ["0" * 32]})
+    return str(path)
+
+
 @pytest.fixture(autouse=True)
 def _isolate_patch():
     """Every test leaves the process unpatched and the environment as it found it."""

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from tfrepro.examples import datasets
-from tfrepro.proof.traces import VERSION, TraceWriter, float_bits
 
-from conftest import SCRIPTS, clean_env, run_tfrepro
+from conftest import SCRIPTS, clean_env, run_tfrepro, write_trace
 
 pytestmark = pytest.mark.keras
 
@@ -22,7 +21,7 @@ def test_check_passes_an_unmodified_script_and_keeps_the_traces(tmp_path):
     out = tmp_path / "out"
     for run in ("run-0", "run-1", "run-2", "run-3"):  # an earlier 4-run check in the same folder, 2 fits a run
         (out / run).mkdir(parents=True)
-        _trace(out / run / "fit-1.jsonl", [0.5])
+        write_trace(out / run / "fit-1.jsonl", [0.5])
         (out / run / "stdout.log").write_text("earlier\n")
     (out / "run-3" / "notes.txt").write_text("the user's own file")
     proc = run_tfrepro("check", "--runs", "2", "--seed", "3", "--out", str(out), "--",
@@ -87,24 +86,11 @@ def test_ctrl_c_names_the_incomplete_run_and_exits_130(tmp_path):
     assert "interrupted" in log.read_text()  # the script had its Ctrl-C too, and its output was kept
 
 
-def _trace(path, losses, shape=(2, 1)):
-    header = {"type": "header", "format": "tfrepro-trace", "version": VERSION, "environment": {},
-              "model": {"layers": ["d"], "variables": [{"name": "d/kernel", "layer": "d", "shape": list(shape),
-                                                        "dtype": "float32"}]}}
-    with TraceWriter(path) as writer:
-        writer.write(header)
-        for step, loss in enumerate(losses):
-            writer.write({"type": "batch", "epoch": 0, "batch": step, "step": step, "logs": {"loss": loss},
-                          "bits": {"loss": float_bits(loss)}, "weights": ["0" * 32]})
-        writer.write({"type": "end", "weights": ["0" * 32]})
-    return str(path)
-
-
 def test_compare_exit_codes(tmp_path):
-    a = _trace(tmp_path / "a.jsonl", [0.5, 0.25])
-    same = _trace(tmp_path / "same.jsonl", [0.5, 0.25])
-    other = _trace(tmp_path / "other.jsonl", [0.5, 0.2500001])
-    wider = _trace(tmp_path / "wider.jsonl", [0.5, 0.25], shape=(3, 1))
+    a = write_trace(tmp_path / "a.jsonl", [0.5, 0.25])
+    same = write_trace(tmp_path / "same.jsonl", [0.5, 0.25])
+    other = write_trace(tmp_path / "other.jsonl", [0.5, 0.2500001])
+    wider = write_trace(tmp_path / "wider.jsonl", [0.5, 0.25], shape=(3, 1))
     assert run_tfrepro("compare", a, same).returncode == 0
     diverged = run_tfrepro("compare", a, other)
     assert diverged.returncode == 1 and "batch 1" in diverged.stdout

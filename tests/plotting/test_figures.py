@@ -3,26 +3,14 @@
 import pytest
 
 import tfrepro
-from tfrepro.proof.traces import VERSION, TraceWriter, float_bits
+from conftest import write_trace
 
 pytest.importorskip("matplotlib")
 
 
-def _trace(path, losses):
-    header = {"type": "header", "format": "tfrepro-trace", "version": VERSION, "environment": {},
-              "model": {"layers": ["d"], "variables": [{"name": "d/kernel", "layer": "d", "shape": [2, 1],
-                                                        "dtype": "float32"}]}}
-    with TraceWriter(path) as writer:
-        writer.write(header)
-        for step, loss in enumerate(losses):
-            writer.write({"type": "batch", "epoch": 0, "batch": step, "step": step, "logs": {"loss": loss},
-                          "bits": {"loss": float_bits(loss)}, "weights": ["0" * 32]})
-    return str(path)
-
-
 def test_plot_runs_overlays_the_runs_and_marks_where_each_diverges(tmp_path):
-    first = _trace(tmp_path / "a.jsonl", [1.0, 0.5, 0.25, 0.125])
-    second = _trace(tmp_path / "b.jsonl", [1.0, 0.5, 0.3, 0.2])
+    first = write_trace(tmp_path / "a.jsonl", [1.0, 0.5, 0.25, 0.125])
+    second = write_trace(tmp_path / "b.jsonl", [1.0, 0.5, 0.3, 0.2])
     figure = tfrepro.plot_runs([first, second], labels=["a", "b"])
     axes = figure.axes[0]
     assert [line.get_label() for line in axes.get_lines()[:2]] == ["a", "b"]
