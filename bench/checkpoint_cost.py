@@ -2,7 +2,7 @@
 
 Measures, after a warm-up epoch, the median over rounds of:
   epoch       one fit epoch (batch 64) without the callback
-  epoch+ckpt  the same with ReproCheckpoint(every="epoch"): the difference is the epoch-end checkpoint
+  epoch+ckpt  the same with ReproCheckpoint(save_freq="epoch"): the difference is the epoch-end checkpoint
   save        one checkpoint alone: reading every variable (model, optimizer, metrics) and the RNG
               states, and writing the file (atomic, fsynced); what each epoch end adds
   replay      drawing one epoch of batches from the input without training: what a resume costs per

@@ -94,7 +94,7 @@ model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(16, 3, a
 model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 first = FirstTrainedBatch()
 model.fit(data(4000, 1, "train"), validation_data=data(1000, 2, "val"), epochs=epochs, verbose=0,
-          callbacks=[first, tfrepro.ReproCheckpoint(folder, every=every if every == "epoch" else int(every), keep=100)])
+          callbacks=[first, tfrepro.ReproCheckpoint(folder, save_freq=every if every == "epoch" else int(every), max_to_keep=100)])
 print(f"first trained batch {getattr(first, 'at', float('nan')):.3f}")
 '''
 ARMS = ("keyed", "replayed")

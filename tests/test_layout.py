@@ -1,4 +1,4 @@
-"""The package is laid out by verb, without import cycles, and the README's API resolves."""
+"""The package is laid out by verb, without import cycles, and the docs' API overview resolves."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import tfrepro
 pytestmark = [pytest.mark.core, pytest.mark.keras]
 
 ROOT = Path(tfrepro.__file__).parent
-README = ROOT.parent / "README.md"
+API_INDEX = ROOT.parent / "docs" / "reference" / "api" / "index.md"
 # Floors, lowest first: a module imports only from its own unit or from units on lower floors.
 FLOORS = [
     {"_tf", "_files", "errors", "_version"},
@@ -138,8 +138,8 @@ def test_no_submodule_is_named_like_a_public_function():
     assert not public_functions & module_names
 
 
-def _readme_api_names() -> list[str]:
-    section = README.read_text().split("\n## API\n", 1)[1].split("\n#", 1)[0]
+def _api_index_names() -> list[str]:
+    section = API_INDEX.read_text()
     names = []
     for line in section.splitlines():
         if line.startswith("| `"):
@@ -148,8 +148,8 @@ def _readme_api_names() -> list[str]:
     return names
 
 
-def test_every_name_in_the_readme_api_table_resolves(keras):
-    names = _readme_api_names()
+def test_every_name_in_the_docs_api_overview_resolves(keras):
+    names = _api_index_names()
     assert len(names) >= 20, names
     for dotted in names:
         parts = dotted.removeprefix("tfrepro.").split(".")
@@ -163,3 +163,29 @@ def test_every_name_in_the_readme_api_table_resolves(keras):
         for part in parts:
             obj = getattr(obj, part)  # AttributeError names what does not resolve
         assert obj is not None, dotted
+
+
+def test_contributing_names_every_module_in_its_row():
+    """The layout table of CONTRIBUTING.md names each subpackage and each module file, in its row."""
+    text = (ROOT.parent / "CONTRIBUTING.md").read_text()
+    table = text.split("## How the code is laid out", 1)[1].split("\n## ", 1)[0]
+    rows = {re.match(r"\| `([\w.]+/?)`", line).group(1): line for line in table.splitlines()
+            if re.match(r"\| `[\w.]+/?`", line)}
+    ground = next(line for line in table.splitlines() if line.startswith("| `_tf.py`"))
+    missing = []
+    for entry in sorted(ROOT.iterdir()):
+        if entry.name.startswith("__") or entry.suffix not in (".py", ""):
+            continue
+        if entry.is_dir():
+            row = rows.get(f"{entry.name}/")
+            if row is None:
+                missing.append(f"{entry.name}/")
+                continue
+            missing += [f"{entry.name}/{module.name}" for module in sorted(entry.rglob("*.py"))
+                        if module.name != "__init__.py" and "__pycache__" not in module.parts
+                        and f"`{module.name}`" not in row and f"`{module.parent.name}/`" not in row
+                        or (module.name == "__init__.py" and module.parent != entry
+                            and f"`{module.parent.name}/`" not in row)]
+        elif entry.name not in rows and f"`{entry.name}`" not in ground:
+            missing.append(entry.name)
+    assert not missing, f"CONTRIBUTING.md's layout table does not name: {missing}"

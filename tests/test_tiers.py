@@ -1,6 +1,6 @@
 """The test tiers hold together: the default tier (plain ``python -m pytest``) leaves out every test
 that starts a training process, yet still exercises every public name and every CLI command; and
-``.ci/run`` runs the legs the README lists.
+``.ci/run`` runs the legs CONTRIBUTING lists.
 
 Read statically (no TensorFlow, no test run), so a test marked wrongly fails here in a second.
 """
@@ -213,9 +213,9 @@ def _legs_in_ci() -> list[str]:
     return re.findall(r"^\s*(?:\S+=\S+ )*leg (\S+)", (ROOT / ".ci" / "run").read_text(), flags=re.M)
 
 
-def test_the_readme_and_ci_agree_on_the_legs():
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("\n## Testing\n", 1)[1].split("\n## ", 1)[0]
+def test_contributing_and_ci_agree_on_the_legs():
+    contributing = (ROOT / "CONTRIBUTING.md").read_text()
+    table = contributing.split("\n## Testing\n", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\| (\S+?):", table, flags=re.M)
     assert listed == _legs_in_ci() and listed
     assert f"runs the {len(listed)} CI legs" in " ".join(table.split())

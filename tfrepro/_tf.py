@@ -182,7 +182,4 @@ def op_determinism_enabled() -> bool | None:
         from tensorflow.python.framework import config
     except ImportError:
         return None
-    query = getattr(config, "is_op_determinism_enabled", None)
-    if query is None:  # TF < 2.8: the environment variable is the switch.
-        return env_flag("TF_DETERMINISTIC_OPS") == "on"
-    return bool(query())
+    return bool(config.is_op_determinism_enabled())

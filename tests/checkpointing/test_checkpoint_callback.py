@@ -78,7 +78,7 @@ def test_resuming_in_process_ends_on_the_uninterrupted_bits(tmp_path, keras, var
         validation = dataset(tf) if fit_options.get("validation") else None
         with tfrepro.patched(3):  # the same TF op seeds in both runs (Keras shuffles arrays with TF ops)
             trained.fit(**inputs(tf, fit_options.get("input")), epochs=4, verbose=0, validation_data=validation,
-                        callbacks=[*before, tfrepro.ReproCheckpoint(folder, every=every, keep=20), *after])
+                        callbacks=[*before, tfrepro.ReproCheckpoint(folder, save_freq=every, max_to_keep=20), *after])
         return trained, after
 
     whole, after_whole = run(tmp_path / "whole")
@@ -111,15 +111,15 @@ def test_a_fit_that_raised_leaves_no_checkpointing_behind(tmp_path, keras):
 
 
 @pytest.mark.parametrize("kwargs, error", [
-    ({"directory": 3}, TypeError),
-    ({"every": 0}, ValueError),
-    ({"every": True}, ValueError),
-    ({"every": "batch"}, ValueError),
-    ({"keep": 0}, ValueError),
+    ({"backup_dir": 3}, TypeError),
+    ({"save_freq": 0}, ValueError),
+    ({"save_freq": True}, ValueError),
+    ({"save_freq": "batch"}, ValueError),
+    ({"max_to_keep": 0}, ValueError),
 ])
 def test_bad_arguments_are_refused_in_init(tmp_path, keras, kwargs, error):
     with pytest.raises(error):
-        tfrepro.ReproCheckpoint(**{"directory": tmp_path, **kwargs})
+        tfrepro.ReproCheckpoint(**{"backup_dir": tmp_path, **kwargs})
 
 
 def test_a_checkpoint_of_another_model_or_configuration_lists_the_mismatch(tmp_path, keras):
@@ -247,7 +247,7 @@ def test_a_resume_of_keyed_input_draws_no_earlier_epoch_and_says_so(tmp_path, ke
             validation = tfrepro.data.map_with_seed(tf.data.Dataset.from_tensor_slices((x, y)), noisy, key="val").batch(32)
             trained = model(keras)
             trained.fit(train, epochs=epochs, verbose=0, validation_data=validation,
-                        callbacks=[Watched(folder, keep=20)])
+                        callbacks=[Watched(folder, max_to_keep=20)])
         return trained
 
     with tfrepro.patched(3):
@@ -306,7 +306,7 @@ def test_a_mid_epoch_resume_of_keyed_input_skips_the_batches_before_without_comp
     def run(folder, first_position):
         with tfrepro.patched(3):
             trained = model(keras)
-            checkpoint = tfrepro.ReproCheckpoint(tmp_path / folder, every=3, keep=20)
+            checkpoint = tfrepro.ReproCheckpoint(tmp_path / folder, save_freq=3, max_to_keep=20)
             trained.fit(positions_checked(tf, 64, first_position), epochs=4, verbose=0, callbacks=[checkpoint])
         return trained
 

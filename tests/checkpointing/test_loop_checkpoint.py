@@ -52,8 +52,8 @@ def test_a_gradient_tape_loop_resumes_bitwise(tmp_path, keras, every):
     def run(folder):
         with tfrepro.patched(3):
             model, optimizer, generator, step = build(keras, tf)
-            checkpoint = tfrepro.LoopCheckpoint(folder, every=every, keep=20, model=model, optimizer=optimizer,
-                                                generator=generator)
+            checkpoint = tfrepro.LoopCheckpoint(folder, save_freq=every, max_to_keep=20, model=model,
+                                                optimizer=optimizer, generator=generator)
             for _, (x, y) in checkpoint.loop(dataset(tf), epochs=3):
                 step(x, y)
         return state_bytes(model, optimizer, generator), checkpoint
@@ -86,7 +86,7 @@ def test_a_loop_over_keyed_input_starts_at_the_checkpoints_epoch_and_skips_its_b
         with tfrepro.patched(3):
             model, optimizer, generator, step = build(keras, tf)
             data = positions_checked(tf, 48, first_position)
-            checkpoint = tfrepro.LoopCheckpoint(folder, every=4, keep=20, model=model, optimizer=optimizer,
+            checkpoint = tfrepro.LoopCheckpoint(folder, save_freq=4, max_to_keep=20, model=model, optimizer=optimizer,
                                                 generator=generator)
             for _, (features, labels) in checkpoint.loop(data, epochs=3):
                 step(features, labels)
@@ -132,7 +132,7 @@ def test_a_loop_calling_stateful_random_ops_is_refused_by_name(tmp_path, keras):
             return x + tf.random.normal(tf.shape(x))
 
     model, optimizer, _, step = build(keras, tf, Noisy(name="noisy"))
-    checkpoint = tfrepro.LoopCheckpoint(tmp_path, every=1, model=model, optimizer=optimizer)
+    checkpoint = tfrepro.LoopCheckpoint(tmp_path, save_freq=1, model=model, optimizer=optimizer)
     with pytest.raises(tfrepro.CheckpointError, match="layer 'noisy' calls tf.random.normal"):
         for _, (x, y) in checkpoint.loop(dataset(tf), epochs=1):
             step(x, y)
@@ -141,8 +141,8 @@ def test_a_loop_calling_stateful_random_ops_is_refused_by_name(tmp_path, keras):
 
 @pytest.mark.parametrize("kwargs, error", [
     ({}, ValueError),  # nothing to save
-    ({"every": 0, "model": 1}, ValueError),
-    ({"keep": 0, "model": 1}, ValueError),
+    ({"save_freq": 0, "model": 1}, ValueError),
+    ({"max_to_keep": 0, "model": 1}, ValueError),
 ])
 def test_bad_arguments_are_refused(tmp_path, kwargs, error):
     with pytest.raises(error):

@@ -42,7 +42,7 @@ def resume_from_the_middle(tmp_path, make_model, fit_kwargs, state=lambda model:
     def run(folder):
         model = make_model()
         with tfrepro.patched(3):
-            model.fit(**fit_kwargs(tf), epochs=4, verbose=0, callbacks=[tfrepro.ReproCheckpoint(folder, keep=9)])
+            model.fit(**fit_kwargs(tf), epochs=4, verbose=0, callbacks=[tfrepro.ReproCheckpoint(folder, max_to_keep=9)])
         return [np.asarray(v.numpy()).tobytes() for v in [*model.weights, *state(model)]]
 
     whole = run(tmp_path / "whole")

@@ -428,7 +428,7 @@ def custom_loop_checkpointed(epochs):
 
     model, optimizer, dataset, train_step = _loop_parts()
     folder = os.environ.get("ZOO_LOOP_DIR") or tempfile.mkdtemp(prefix="tfrepro-zoo-loop-")
-    checkpoint = tfrepro.LoopCheckpoint(folder, every=3, model=model, optimizer=optimizer)
+    checkpoint = tfrepro.LoopCheckpoint(folder, save_freq=3, model=model, optimizer=optimizer)
     step, losses = 0, []
     for _, (x, y) in checkpoint.loop(dataset, epochs=epochs):
         losses.append(float(train_step(x, y)))

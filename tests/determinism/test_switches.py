@@ -14,14 +14,10 @@ BOTH = {"TF_DETERMINISTIC_OPS": "1", "TF_CUDNN_DETERMINISTIC": "1"}
 @pytest.mark.parametrize(
     "version, env, call_api, mechanism",
     [
-        ("1.13.2", BOTH, False, "none"),
-        ("1.14.0", BOTH, False, "TF_CUDNN_DETERMINISTIC"),
-        ("2.0.4", BOTH, False, "TF_CUDNN_DETERMINISTIC"),
-        ("2.1.0", BOTH, False, "TF_DETERMINISTIC_OPS"),
-        ("2.4.4", BOTH, False, "TF_DETERMINISTIC_OPS"),
-        ("2.5.0", {**BOTH, "TF_CUDNN_USE_FRONTEND": "1"}, False, "TF_DETERMINISTIC_OPS"),
-        ("2.7.4", {**BOTH, "TF_CUDNN_USE_FRONTEND": "1"}, False, "TF_DETERMINISTIC_OPS"),
-        ("2.8.0", BOTH, True, "enable_op_determinism"),
+        ("1.14.0", BOTH, False, "unsupported"),
+        ("2.7.4", BOTH, False, "unsupported"),
+        ("2.11.1", BOTH, False, "unsupported"),
+        ("2.12.0rc1", BOTH, True, "enable_op_determinism"),
         ("2.12.1", BOTH, True, "enable_op_determinism"),
         ("2.16.0rc0", BOTH, True, "enable_op_determinism"),
         ("2.21.0", BOTH, True, "enable_op_determinism"),
@@ -35,10 +31,23 @@ def test_plan_per_version(version, env, call_api, mechanism):
     assert plan.mechanism == mechanism
 
 
-def test_plans_note_their_limits():
-    assert "bias_add" in switches.plan_for("2.0.0").limits[0]
-    assert "first op" in switches.plan_for("2.6.0").limits[0]
+def test_a_tensorflow_below_the_floor_is_named_with_what_to_install():
+    assert switches.plan_for("2.9.3").limits == (
+        "TensorFlow 2.9.3 is older than 2.12, the oldest tfrepro supports: pip install 'tensorflow>=2.12'",)
     assert switches.plan_for("2.15.0").limits == ()
+
+
+def test_patch_refuses_a_tensorflow_below_the_floor(monkeypatch):
+    """No code path runs for TF < 2.12: patch raises before changing anything."""
+    import os
+
+    from tfrepro import _tf
+
+    monkeypatch.setattr(_tf, "installed_tf_version", lambda: "2.9.3")
+    before = dict(os.environ)
+    with pytest.raises(ImportError, match=r"older than 2\.12.*tensorflow>=2\.12"):
+        tfrepro.patch(0)
+    assert dict(os.environ) == before
 
 
 @pytest.mark.parametrize("version", [None, "", "garbage"])
@@ -49,8 +58,8 @@ def test_unknown_version_sets_environment_only(version):
 
 
 def test_contradicting_env_names_only_values_that_turn_determinism_off():
-    env = {"TF_DETERMINISTIC_OPS": "0", "TF_CUDNN_DETERMINISTIC": "1", "TF_CUDNN_USE_FRONTEND": "false", "X": "0"}
-    assert switches.contradicting_env(env) == {"TF_DETERMINISTIC_OPS": "0", "TF_CUDNN_USE_FRONTEND": "false"}
+    env = {"TF_DETERMINISTIC_OPS": "0", "TF_CUDNN_DETERMINISTIC": "false", "X": "0"}
+    assert switches.contradicting_env(env) == {"TF_DETERMINISTIC_OPS": "0", "TF_CUDNN_DETERMINISTIC": "false"}
     assert switches.contradicting_env({"TF_DETERMINISTIC_OPS": "true"}) == {}
 
 

@@ -91,7 +91,7 @@ if args.trace:
 if args.backup:
     callbacks.append(keras.callbacks.BackupAndRestore(args.backup))
 if args.checkpoint:
-    callbacks.append(tfrepro.ReproCheckpoint(args.checkpoint, every=args.every if args.every == "epoch"
+    callbacks.append(tfrepro.ReproCheckpoint(args.checkpoint, save_freq=args.every if args.every == "epoch"
                                              else int(args.every)))
 if args.kill_in_write:
     from tfrepro.checkpointing import storage
@@ -119,7 +119,7 @@ if args.loop:
         model.optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
 
     every = None if args.every == "epoch" else int(args.every)
-    checkpoint = tfrepro.LoopCheckpoint(args.checkpoint, every=every, model=model, optimizer=model.optimizer)
+    checkpoint = tfrepro.LoopCheckpoint(args.checkpoint, save_freq=every, model=model, optimizer=model.optimizer)
     for epoch, (x, y) in checkpoint.loop(data, epochs=args.epochs):
         if args.kill_at and (epoch, checkpoint.position.batch) == tuple(map(int, args.kill_at.split(","))):
             os.kill(os.getpid(), signal.SIGKILL)

@@ -100,9 +100,17 @@ def test_a_failing_seed_and_bad_input_exit_2_in_one_line(tmp_path, script):
         assert "Traceback" not in bad.stderr and "tfrepro sweep --help" in bad.stderr
         assert not (tmp_path / "never").exists()  # nothing created
     mixed = run_tfrepro("sweep", "--metric", "zzz", "merge", str(tmp_path / "m"))
-    assert mixed.returncode == 2 and "--metric belong to a sweep run" in mixed.stderr
+    assert mixed.returncode == 2 and "`merge` must come right after `sweep`" in mixed.stderr
     nothing = run_tfrepro("sweep", "merge", str(tmp_path / "nowhere"))
     assert nothing.returncode == 2 and "holds no sweep.json" in nothing.stderr
+    assert nothing.stderr.startswith("tfrepro sweep merge: error:") and "tfrepro sweep merge --help" in nothing.stderr
+
+
+def test_sweep_merge_is_a_command_of_its_own_in_the_help():
+    listed = run_tfrepro("--help")
+    assert listed.returncode == 0 and "sweep merge" in listed.stdout
+    own = run_tfrepro("sweep", "merge", "--help")
+    assert own.returncode == 0 and own.stdout.startswith("usage: tfrepro sweep merge")
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from typing import Any
 
 from tfrepro import _tf
 from tfrepro._version import __version__
-from tfrepro.checkpointing import callback_states, input_position, kernel_random, model_state, storage
+from tfrepro.checkpointing import arguments, callback_states, input_position, kernel_random, model_state, storage
 from tfrepro.determinism import seeding
 from tfrepro.errors import CheckpointError, warn
 
@@ -23,45 +23,47 @@ _KERAS3 = _tf.keras_major(keras) >= 3
 
 
 class ReproCheckpoint(keras.callbacks.Callback):
-    """Checkpoints training so that a run that is killed and started again ends bit for bit where
-    the uninterrupted run ends.
+    """Checkpoints `fit` so that a run killed and started again ends bit for bit where the
+    uninterrupted run ends.
 
-    When ``fit`` starts it resumes from the newest complete checkpoint in ``directory``, if there is
-    one, and otherwise starts afresh. It saves:
+    A drop-in for Keras's `BackupAndRestore`: its arguments mean what Keras's mean (their names
+    before 0.1.0, `directory=`, `every=` and `keep=`, still work for this release and warn with a
+    `DeprecationWarning`). When `fit` starts it resumes from the newest complete checkpoint in
+    `backup_dir`, if there is one, and otherwise starts afresh. It saves:
 
     - every variable of the model (Keras 3 SeedGenerator states included), the optimizer (slots,
-      ``iterations``, learning rate) and the metrics' running totals;
-    - every other variable reachable through the model's object graph, as ``tf.train.Checkpoint``
-      walks it: Keras 2 random layers' ``tf.random.Generator``s, a generator or a plain
-      ``tf.Variable`` that a layer owns;
-    - ``tfrepro.rng_state()``: Python, NumPy, TF's global Generator, Keras's global generators;
-    - the epoch and batch, and the state of ``ReduceLROnPlateau``, ``EarlyStopping`` and
-      ``ModelCheckpoint`` (``tfrepro.checkpointing.callback_states`` says what is not restored).
+      `iterations`, learning rate) and the metrics' running totals;
+    - every other variable reachable through the model's object graph, as `tf.train.Checkpoint`
+      walks it: Keras 2 random layers' `tf.random.Generator`s, a generator or a plain
+      `tf.Variable` that a layer owns;
+    - `tfrepro.rng_state()`: Python, NumPy, TF's global Generator, Keras's global generators;
+    - the epoch and batch, and the state of `ReduceLROnPlateau`, `EarlyStopping` and
+      `ModelCheckpoint` (`tfrepro.checkpointing.callback_states` says what is not restored).
 
     Before the first batch it traces the train step to a graph that never runs, which creates what
     the first step creates (optimizer slots, a GAN's two optimizers' included; metrics), then restores
-    the variables into them. It refuses (``tfrepro.CheckpointError``, naming the layer and the
+    the variables into them. It refuses (`tfrepro.CheckpointError`, naming the layer and the
     stateless op to use, and writing nothing) a train step that calls TF's stateful random ops
-    (``tf.random.normal``, ``tf.nn.dropout`` without a seed tensor, ...), whose state lives inside
-    TF's kernels. A resume logs one line of what it loaded (logger ``tfrepro.checkpointing``, INFO).
+    (`tf.random.normal`, `tf.nn.dropout` without a seed tensor, ...), whose state lives inside
+    TF's kernels. A resume logs one line of what it loaded (logger `tfrepro.checkpointing`, INFO).
 
-    It saves at the end of every epoch (``every="epoch"``) or after every ``every`` batches (a save
-    that falls on an epoch's last batch waits for the epoch's end), after the other callbacks of
-    the same hook, and when a callback stops ``fit``. Files are written atomically and hold no
-    pickles; the newest ``keep`` stay. A checkpoint from a different model, optimizer, steps per
-    epoch, ``steps_per_execution`` or ``tfrepro.patch`` seed raises ``tfrepro.CheckpointError``
+    It saves at the end of every epoch (`save_freq="epoch"`) or after every `save_freq` batches (a
+    save that falls on an epoch's last batch waits for the epoch's end), after the other callbacks
+    of the same hook, and when a callback stops `fit`. Files are written atomically and hold no
+    pickles; the newest `max_to_keep` stay. A checkpoint from a different model, optimizer, steps
+    per epoch, `steps_per_execution` or `tfrepro.patch` seed raises `tfrepro.CheckpointError`
     listing the difference; another Keras or TensorFlow version warns.
 
-    **The input position.** Where the input can be addressed by epoch (arrays that ``fit`` shuffles
-    under ``tfrepro.patch``, ``tfrepro.data.shuffle``, ``map_with_seed``, a ``Dataset.shuffle`` that
-    does not reshuffle; ``tfrepro.checkpointing.input_position`` says which), a resume starts
-    ``fit``'s loop at the checkpoint's epoch, as Keras's ``BackupAndRestore`` does: the epochs
+    **The input position.** Where the input can be addressed by epoch (arrays that `fit` shuffles
+    under `tfrepro.patch`, `tfrepro.data.shuffle`, `map_with_seed`, a `Dataset.shuffle` that
+    does not reshuffle; `tfrepro.checkpointing.input_position` says which), a resume starts
+    `fit`'s loop at the checkpoint's epoch, as Keras's `BackupAndRestore` does: the epochs
     before it are not gone through, drawn or validated, and that epoch is drawn as itself; within
     it, the batches before the checkpoint's are skipped without computing them where the pipeline
-    allows (``tfrepro.data.skip``), else drawn and dropped. Otherwise (a reshuffling
-    ``Dataset.shuffle``, generators, ``PyDataset``), it replays: every batch before the checkpoint's
+    allows (`tfrepro.data.skip`), else drawn and dropped. Otherwise (a reshuffling
+    `Dataset.shuffle`, generators, `PyDataset`), it replays: every batch before the checkpoint's
     is drawn from the input and dropped, untrained, and replayed epochs are validated again. Either
-    way the other callbacks are set aside (from ``on_train_begin`` on: no progress bar of a skipped
+    way the other callbacks are set aside (from `on_train_begin` on: no progress bar of a skipped
     epoch) and rejoin at the checkpoint's batch, their state restored, and whatever was drawn
     meanwhile (building the metrics calls the model in inference mode; replayed validation runs it)
     is undone there: the model's variables and every RNG are set to the checkpoint's again. The
@@ -69,48 +71,66 @@ class ReproCheckpoint(keras.callbacks.Callback):
     resume costs at most one epoch of input however far the run got.
 
     Args:
-        directory: where the checkpoints live (created if needed). One folder per ``fit``.
-        every: "epoch", or a positive number of batches.
-        keep: how many checkpoints to keep (>= 1).
+        backup_dir: Path of the folder where the checkpoints live, created at the first save. One
+            folder per `fit`, as for `BackupAndRestore`.
+        save_freq: `"epoch"` to save at the end of every epoch, or a positive int to save after
+            every `save_freq` batches, as in `BackupAndRestore` (which also takes `False`; this
+            callback always saves).
+        max_to_keep: How many checkpoints to keep, a positive int, as in
+            `tf.train.CheckpointManager`; older ones are deleted.
 
-    Limits: Keras 2 random layers must draw from ``tf.random.Generator``s (call
-    ``tf.keras.backend.experimental.enable_tf_random_generator()`` before building the model;
-    ``tfrepro run --checkpoint`` does); TF's default ones keep their state in kernels no checkpoint
-    can read. The input must yield the same batches in a new process (seeded: ``tfrepro.patch``).
-    A run that ended goes on only if ``fit`` asks for more epochs; one that a callback stopped is not
-    extended. Under a ``tf.distribute`` strategy (``MirroredStrategy``, ``MultiWorkerMirroredStrategy``)
+    Attributes:
+        backup_dir: The folder of the checkpoints, a `pathlib.Path`.
+        save_freq: `"epoch"` or the number of batches between saves, as given.
+        max_to_keep: How many checkpoints are kept, as given.
+        restored_from: The checkpoint the current or last `fit` resumed from (a `pathlib.Path`, set
+            at its first batch), or `None` when it started afresh.
+
+    Raises:
+        TypeError: `backup_dir` is not a path, or an argument is given both by its name and by its
+            deprecated one.
+        ValueError: `backup_dir` is a file, or `save_freq` or `max_to_keep` is out of range.
+        tfrepro.CheckpointError: from `fit`: the checkpoint does not fit this run (a different
+            model, optimizer, steps per epoch, `steps_per_execution` or seed), or the train step
+            calls TF's stateful random ops.
+
+    Limits: Keras 2 random layers must draw from `tf.random.Generator`s (call
+    `tf.keras.backend.experimental.enable_tf_random_generator()` before building the model;
+    `tfrepro run --checkpoint` does); TF's default ones keep their state in kernels no checkpoint
+    can read. The input must yield the same batches in a new process (seeded: `tfrepro.patch`).
+    A run that ended goes on only if `fit` asks for more epochs; one that a callback stopped is not
+    extended. Under a `tf.distribute` strategy (`MirroredStrategy`, `MultiWorkerMirroredStrategy`)
     every worker reads the variables at a save, only the chief writes, every worker restores from the
     chief's files (on a cluster the folder must be shared storage), and a resume replays the input
     before the checkpoint's position rather than positioning the distributed dataset.
 
-    Example:
-
-    >>> import tempfile, numpy as np, tensorflow as tf, tfrepro
-    >>> model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
-    >>> model.compile(optimizer="sgd", loss="mse")
-    >>> folder = tempfile.mkdtemp()
-    >>> data = tf.data.Dataset.from_tensor_slices((np.ones((8, 2)), np.ones((8, 1)))).batch(4)
-    >>> _ = model.fit(data, epochs=2, verbose=0, callbacks=[tfrepro.ReproCheckpoint(folder)])
-    >>> [p.name for p in tfrepro.ReproCheckpoint(folder).checkpoints()]
-    ['ckpt-e000001-b00000000.npz', 'ckpt-e000002-b00000000.npz']
+    Examples:
+        >>> import tempfile, numpy as np, tensorflow as tf, tfrepro
+        >>> model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> folder = tempfile.mkdtemp()
+        >>> data = tf.data.Dataset.from_tensor_slices((np.ones((8, 2)), np.ones((8, 1)))).batch(4)
+        >>> _ = model.fit(data, epochs=2, verbose=0, callbacks=[tfrepro.ReproCheckpoint(folder)])
+        >>> [p.name for p in tfrepro.ReproCheckpoint(folder).checkpoints()]
+        ['ckpt-e000001-b00000000.npz', 'ckpt-e000002-b00000000.npz']
     """
 
-    def __init__(self, directory: str | os.PathLike[str], every: str | int = "epoch", keep: int = 3):
+    @arguments.renamed("ReproCheckpoint")
+    def __init__(self, backup_dir: str | os.PathLike[str], save_freq: str | int = "epoch", max_to_keep: int = 3):
         super().__init__()
-        if not isinstance(directory, (str, os.PathLike)):
-            raise TypeError(f"directory must be a path; got {type(directory).__name__}")
-        storage.check_schedule(every, keep)
-        self.directory = Path(directory)
-        if self.directory.exists() and not self.directory.is_dir():
-            raise ValueError(f"directory is a file: {self.directory}")
-        self.every = every
-        self.keep = keep
+        self.backup_dir = arguments.checked(backup_dir, save_freq, max_to_keep)
+        self.save_freq = save_freq
+        self.max_to_keep = max_to_keep
         self.restored_from: Path | None = None
         self._run: _Run | None = None
 
     def checkpoints(self) -> list[Path]:
-        """The complete checkpoints in ``directory``, oldest first."""
-        return storage.list_checkpoints(self.directory)
+        """The complete checkpoints in `backup_dir`.
+
+        Returns:
+            Their paths, oldest first (empty when there is none or the folder does not exist).
+        """
+        return storage.list_checkpoints(self.backup_dir)
 
     # Keras hooks ---------------------------------------------------------------------------------
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -186,7 +206,7 @@ class _Run:
     # fit begins ----------------------------------------------------------------------------------
     def begin(self, logs: dict | None) -> None:
         kernel_random.refuse_keras2_legacy_layers(self.model, "ReproCheckpoint")
-        self.stored = storage.latest(self.owner.directory)
+        self.stored = storage.latest(self.owner.backup_dir)
         if self.stored is not None:
             self._resume(self.stored)
             self._set_aside(logs)
@@ -305,7 +325,7 @@ class _Run:
         self.trained += done
         self.last_logs = {k: float(v) for k, v in (logs or {}).items() if _is_number(v)}
         self.saved_since_last_batch = False
-        every = self.owner.every
+        every = self.owner.save_freq
         if every != "epoch" and self.trained // every != (self.trained - done) // every:
             if end == steps:
                 self.save_at_epoch_end = True  # at (epoch + 1, 0), after the epoch's end hooks
@@ -318,7 +338,7 @@ class _Run:
                 self._restore_random_state()
             return
         self.epoch, self.batch = epoch + 1, 0
-        if self.owner.every == "epoch" or self.save_at_epoch_end:
+        if self.owner.save_freq == "epoch" or self.save_at_epoch_end:
             self.save_at_epoch_end = False
             self._save()
 
@@ -464,7 +484,7 @@ class _Run:
         self.saved_since_last_batch = True
         if not _writes_checkpoints(self.model):  # it read every variable all the same: reads may be collective
             return
-        path = storage.write(self.owner.directory, manifest, members, self.owner.keep)
+        path = storage.write(self.owner.backup_dir, manifest, members, self.owner.max_to_keep)
         log.debug("tfrepro: checkpoint %s", path)
 
     def end(self) -> None:

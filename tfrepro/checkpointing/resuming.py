@@ -116,7 +116,7 @@ def checkpoint_fits(options: CheckpointOptions, fits: list[int] | None = None) -
         if any(isinstance(c, ReproCheckpoint) for c in callbacks):
             return None
         folders.append(Path(options.directory) / f"fit-{len(folders)}")
-        return ReproCheckpoint(folders[-1], options.every, options.keep)
+        return ReproCheckpoint(folders[-1], save_freq=options.every, max_to_keep=options.keep)
 
     with each_fit(add):
         yield folders

@@ -128,15 +128,6 @@ def latest(directory: Path) -> Stored | None:
     return None
 
 
-def check_schedule(every: Any, keep: Any) -> None:
-    """The save schedule a checkpointer takes: ``every`` "epoch" or a positive number of batches,
-    ``keep`` a positive number of files. Raises ValueError otherwise."""
-    if not (every == "epoch" or (isinstance(every, int) and not isinstance(every, bool) and every >= 1)):
-        raise ValueError(f'every must be "epoch" or a positive number of batches; got {every!r}')
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise ValueError(f"keep must be a positive int; got {keep!r}")
-
-
 def environment() -> dict[str, Any]:
     """What a checkpoint records of the software it was taken under, and the ``tfrepro.patch`` seed."""
     keras = _tf.keras_module()

@@ -343,47 +343,51 @@ def _save_figure(draw: Callable[[], Any], path: str) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from tfrepro.cli import rendering
-    from tfrepro.sweeps.running import merge_sweeps, parse_seeds, parse_shard, run_sweep
+    from tfrepro.sweeps.running import parse_seeds, parse_shard, run_sweep
 
     command = list(args.command)
-    if command[:1] == ["merge"]:  # tfrepro sweep merge DIR... [--out DIR] [--plot PNG]
-        given = [f"--{name}" for name in ("seeds", "metric", "best", "shard", "jobs") if getattr(args, name) is not None]
-        if given:
-            raise LaunchError(f"merge takes sweep folders, --out and --plot; {', '.join(given)} belong to a sweep run")
-        merge = _Parser(prog="tfrepro sweep merge", description="Combine the results of a sweep's shards.")
-        merge.add_argument("folders", nargs="+", help="the --out folders of the shards")
-        merge.add_argument("--out", default=args.out, help="write the merged sweep.json and sweep.csv here")
-        merge.add_argument("--plot", default=args.plot, metavar="PNG", help="also draw the seeds' distribution")
-        merged = merge.parse_args(command[1:])
-        args.plot = merged.plot
-        _check_plot_path(args.plot)
-        result = merge_sweeps([Path(folder) for folder in merged.folders])
-        out = _out_dir(merged.out, "tfrepro-sweep-") if merged.out else None
-        if out is not None:
-            result.save(out)
-    else:
-        seeds = parse_seeds(args.seeds or "0-4")
-        if args.shard:
-            index, count = parse_shard(args.shard)
-            seeds = seeds[index::count]
-        jobs = 1 if args.jobs is None else args.jobs
-        if jobs < 1:
-            raise LaunchError(f"--jobs must be at least 1; got {jobs}")
-        if not seeds:
-            raise LaunchError(f"no seeds to run: shard {args.shard} of --seeds {args.seeds or '0-4'} holds none")
-        _check_plot_path(args.plot)
-        command = _command(args)
-        bootstrap_command(command)  # fail fast on a bad command: all checks come before any folder is made
-        config = LaunchConfig(threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init)
-        out = _out_dir(args.out, "tfrepro-sweep-")
-        result = rendering.with_progress(f"tfrepro sweep: {len(seeds)} seeds", len(seeds), lambda on_run: run_sweep(
-            command, seeds, config=config, out=out, metric=args.metric or "loss", best=args.best, jobs=jobs,
-            on_run=on_run))
+    if command[:1] == ["merge"]:  # `tfrepro sweep --metric m merge ...`: options of a run before `merge`
+        raise LaunchError("`merge` must come right after `sweep`: tfrepro sweep merge DIR... [--out DIR] [--plot PNG]"
+                          " (--seeds, --metric, --best, --shard and --jobs belong to a sweep run)")
+    seeds = parse_seeds(args.seeds or "0-4")
+    if args.shard:
+        index, count = parse_shard(args.shard)
+        seeds = seeds[index::count]
+    jobs = 1 if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise LaunchError(f"--jobs must be at least 1; got {jobs}")
+    if not seeds:
+        raise LaunchError(f"no seeds to run: shard {args.shard} of --seeds {args.seeds or '0-4'} holds none")
+    _check_plot_path(args.plot)
+    command = _command(args)
+    bootstrap_command(command)  # fail fast on a bad command: all checks come before any folder is made
+    config = LaunchConfig(threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init)
+    out = _out_dir(args.out, "tfrepro-sweep-")
+    result = rendering.with_progress(f"tfrepro sweep: {len(seeds)} seeds", len(seeds), lambda on_run: run_sweep(
+        command, seeds, config=config, out=out, metric=args.metric or "loss", best=args.best, jobs=jobs,
+        on_run=on_run))
+    return _report_sweep(result, out, args.plot)
+
+
+def cmd_sweep_merge(args: argparse.Namespace) -> int:
+    from tfrepro.sweeps.running import merge_sweeps
+
+    _check_plot_path(args.plot)
+    result = merge_sweeps([Path(folder) for folder in args.folders])
+    out = _out_dir(args.out, "tfrepro-sweep-") if args.out else None
+    if out is not None:
+        result.save(out)
+    return _report_sweep(result, out, args.plot)
+
+
+def _report_sweep(result: Any, out: Path | None, plot: str | None) -> int:
+    from tfrepro.cli import rendering
+
     rendering.print_sweep(result, out)
-    if args.plot:
+    if plot:
         from tfrepro.plotting.figures import plot_sweeps
 
-        _save_figure(lambda: plot_sweeps(result), args.plot)
+        _save_figure(lambda: plot_sweeps(result), plot)
     return ExitCode.USAGE if result.failed else ExitCode.OK
 
 
@@ -475,6 +479,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_launch_options(sweep, seed=False)
     sweep.set_defaults(func=cmd_sweep, parser=sweep)
 
+    # `tfrepro sweep merge ...` reaches this parser through main(), which joins the two words.
+    merge = sub.add_parser("sweep merge", help="combine the results of a sweep's shards (--shard K/N) into one",
+                           description="Combine the --out folders of a sweep's shards into one table, as if one "
+                                       "sweep had run every seed (byte for byte the same sweep.csv). Exit 0 when "
+                                       "every seed gave a value, 2 otherwise or on bad input.")
+    merge.add_argument("folders", nargs="+", metavar="DIR", help="the --out folders of the shards")
+    merge.add_argument("--out", default=None, help="write the merged sweep.json and sweep.csv here")
+    merge.add_argument("--plot", metavar="PNG", help="also draw the seeds' distribution to this image")
+    merge.set_defaults(func=cmd_sweep_merge, parser=merge)
+
     doctor = sub.add_parser("doctor", help="find the layer or op that makes runs differ (static scan and bisection)",
                             description="Run an unmodified script as `tfrepro run` does and, at its first Model.fit, "
                                         "diagnose the model on the first batch: a static scan of the train step "
@@ -511,7 +525,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(_exact_ops(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["sweep", "merge"]:
+        argv[:2] = ["sweep merge"]
+    args, unknown = parser.parse_known_args(_exact_ops(argv))
     if unknown:  # reported by the command's own parser, so that the hint names its --help
         (getattr(args, "parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.cmd is None:

@@ -21,7 +21,23 @@ def _batched(tf: Any, images: Any) -> tuple[Any, bool]:
 
 
 def random_flip_left_right(images: Any, seed: Any) -> Any:
-    """Each image mirrored left-right with probability 1/2."""
+    """Randomly flips each image left to right, with probability 1/2, as the seed says.
+
+    The same seed gives the same flips on every run and device. Each image of a batch draws its
+    own flip, as `tf.image.stateless_random_flip_left_right` does; a whole batch in one call costs
+    a parallel map a fraction of what per-image calls cost.
+
+    Args:
+        images: One image, `[height, width, channels]`, or a batch, `[batch, height, width,
+            channels]`.
+        seed: A `[2]` int64 seed, as `map_with_seed` hands out (or any stateless seed).
+
+    Returns:
+        The images, of `images`' shape and dtype, each mirrored or not.
+
+    Raises:
+        ValueError: `images` is of rank other than 3 or 4.
+    """
     tf = _tf.import_tf()
     batch, single = _batched(tf, images)
     flip = tf.random.stateless_uniform(tf.shape(batch)[:1], seed) < 0.5
@@ -30,8 +46,25 @@ def random_flip_left_right(images: Any, seed: Any) -> Any:
 
 
 def random_translate(images: Any, pad: int, seed: Any) -> Any:
-    """Each image zero-padded by ``pad`` pixels on every side and cropped back to its size at a random
-    offset: a shift of up to ``pad`` pixels in each direction."""
+    """Randomly shifts each image by up to `pad` pixels in each direction, as the seed says.
+
+    Each image is zero-padded by `pad` pixels on every side and cropped back to its size at a
+    random offset (the CIFAR recipe), each image of a batch at its own offset, where
+    `tf.image.stateless_random_crop` draws once per call. The same seed gives the same shifts on
+    every run and device.
+
+    Args:
+        images: One image, `[height, width, channels]`, or a batch, `[batch, height, width,
+            channels]`.
+        pad: The largest shift, in pixels, a non-negative int.
+        seed: A `[2]` int64 seed, as `map_with_seed` hands out (or any stateless seed).
+
+    Returns:
+        The shifted images, of `images`' shape and dtype; the pixels shifted in are zeros.
+
+    Raises:
+        ValueError: `pad` is not a non-negative int, or `images` is of rank other than 3 or 4.
+    """
     tf = _tf.import_tf()
     if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
         raise ValueError(f"pad must be a non-negative int; got {pad!r}")
@@ -46,7 +79,26 @@ def random_translate(images: Any, pad: int, seed: Any) -> Any:
 
 
 def random_brightness(images: Any, max_delta: float, seed: Any) -> Any:
-    """Each image plus one uniform draw from ``[-max_delta, max_delta)`` (float images)."""
+    """Randomly changes the brightness of each image, as the seed says.
+
+    Adds to each image one draw from the uniform distribution on `[-max_delta, max_delta)`, each
+    image of a batch its own draw, where `tf.image.stateless_random_brightness` draws once per
+    call. The same seed gives the same draws on every run and device. The result is not clipped.
+
+    Args:
+        images: One float image, `[height, width, channels]`, or a batch of them, `[batch,
+            height, width, channels]` (convert integer images with `tf.image.convert_image_dtype`
+            first).
+        max_delta: The largest change, a float >= 0.
+        seed: A `[2]` int64 seed, as `map_with_seed` hands out (or any stateless seed).
+
+    Returns:
+        The images with their brightness changed, of `images`' shape and dtype.
+
+    Raises:
+        ValueError: `max_delta` is negative (or NaN), or `images` is of rank other than 3 or 4.
+        TypeError: `images` is not of a float dtype.
+    """
     tf = _tf.import_tf()
     if not max_delta >= 0:
         raise ValueError(f"max_delta must be >= 0; got {max_delta!r}")

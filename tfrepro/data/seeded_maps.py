@@ -35,38 +35,65 @@ _BLOCKED_BYTES = 2**18  # the largest element (or result) mapped in blocks unles
 def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
                   num_parallel_calls: int | None = None, *, key: str | None = None,
                   epoch: int | None = None, block: int | None = None) -> Any:
-    """``dataset.map`` calling ``fn(*element, seed)`` (``fn(element, seed)`` for an element that is
-    not a tuple), ``seed`` a ``[2]`` int64 tensor for ``tf.random.stateless_*`` and
-    ``tf.image.stateless_random_*``.
+    """Maps `fn` over `dataset` in parallel, handing each element its own stateless random seed.
 
-    The seed is fixed by ``seed`` (default: the active ``tfrepro.patch`` seed), ``key`` (default:
-    where ``fn`` is defined: its module, name and first line, so moving or renaming it changes the
-    draws; give distinct keys to two maps of one function, or of two lambdas on one line), the
-    epoch, the element's index in the pass and, inside an ``interleave`` or ``flat_map`` function,
-    that function's arguments (each file's sub-dataset draws its own). The epoch is the training
-    epoch (``fit``'s; ``tfrepro.data.set_epoch`` in a custom loop) when the pass's first element is
-    pulled, or a fixed ``epoch``: never a count of iterators, so peeking with ``take(1)`` changes
-    nothing, and epoch E's draws can be made without the epochs before it. As for every tf.data
-    random op, TF's global seed does not enter (the draws are stateless). The map runs in parallel
-    (``num_parallel_calls``, default ``tf.data.AUTOTUNE``) with ``deterministic=True``; its result
-    does not depend on how many calls run at once. ``fn`` must draw its randomness from ``seed``
-    only (stateful random ops in it would still run in thread order, or serially under op
-    determinism). ``repeat()`` after the map starts passes ahead of training: put it before.
+    `dataset.map(fn)` with `fn(*element, seed)` called (`fn(element, seed)` for an element that is
+    not a tuple), `seed` a `[2]` int64 tensor for `tf.random.stateless_*` and
+    `tf.image.stateless_random_*`. The draws are deterministic and parallel at once: the map runs
+    with `deterministic=True`, and its result does not depend on how many calls run at once.
 
-    Small elements are mapped up to ``block`` at a time (default: 8 when every element and result is
-    a dense tensor of static shape, at most 256 KiB; else 1). With a known length, blocks are of the
+    An element's seed is fixed by `seed`, `key`, the epoch, the element's index in the pass and,
+    inside an `interleave` or `flat_map` function, that function's arguments (each file's
+    sub-dataset draws its own). The epoch is the training epoch (`fit`'s;
+    `tfrepro.data.set_epoch` in a custom loop) when the pass's first element is pulled, or a fixed
+    `epoch`: never a count of iterators, so peeking with `take(1)` changes nothing, and epoch E's
+    draws can be made without the epochs before it. As for every tf.data random op, TF's global
+    seed does not enter (the draws are stateless). `fn` must draw its randomness from `seed` only:
+    stateful random ops in it would still run in thread order, or serially under op determinism.
+    `repeat()` after the map starts passes ahead of training: put it before.
+
+    Small elements are mapped up to `block` at a time. With a known length, blocks are of the
     largest size up to that which divides it, so that the length stays known. One call of the map's
-    function runs ``fn`` once per element of a block, on that element alone, so the results are the
-    same bits as one element per call, at a fraction of tf.data's cost per call. ``fn`` is traced
+    function runs `fn` once per element of a block, on that element alone, so the results are the
+    same bits as one element per call, at a fraction of tf.data's cost per call. `fn` is traced
     once for its results' shapes and once per element of a block (9 times), so it must not depend on
-    Python state at trace time; an error in one element fails its whole block (``ignore_errors()``
-    after the map then drops the block). ``block=1`` maps one element per call.
+    Python state at trace time; an error in one element fails its whole block (`ignore_errors()`
+    after the map then drops the block).
 
-    >>> import tensorflow as tf, tfrepro.data
-    >>> flip = lambda image, seed: tf.image.stateless_random_flip_left_right(image, seed)
-    >>> ds = tfrepro.data.map_with_seed(tf.data.Dataset.from_tensor_slices(tf.zeros([8, 4, 4, 1])), flip, seed=1)
-    >>> [tuple(image.shape) for image in ds.take(1)]
-    [(4, 4, 1)]
+    Args:
+        dataset: The `tf.data.Dataset` to map.
+        fn: The function to map, called as `Dataset.map` calls it with one more argument, the
+            element's seed: `fn(*element, seed)`, or `fn(element, seed)` for an element that is
+            not a tuple.
+        seed: The seed of the draws, an int in [0, 2**32 - 1]; `None`: the active `tfrepro.patch`
+            seed.
+        num_parallel_calls: How many elements are mapped at once, a positive int or
+            `tf.data.AUTOTUNE`, as in `Dataset.map`; `None`: `tf.data.AUTOTUNE`. The result does
+            not depend on it.
+        key: What this map draws for, a string that keys its seeds; `None`: where `fn` is defined
+            (its module, name and first line, so moving or renaming it changes the draws). Give
+            distinct keys to two maps of one function, or of two lambdas on one line.
+        epoch: A fixed epoch for the draws, a non-negative int; `None`: the training epoch when
+            each pass's first element is pulled.
+        block: How many elements one call of the map's function maps, a positive int; `None`: 8
+            when every element and result is a dense tensor of static shape of at most 256 KiB,
+            else 1. `1` maps one element per call.
+
+    Returns:
+        The mapped `tf.data.Dataset`, with `dataset`'s cardinality where it is known.
+
+    Raises:
+        TypeError: `dataset` is not a `tf.data.Dataset`, or `fn` is not callable.
+        ValueError: No `seed` is given and no `tfrepro.patch` seed is active; `seed`, `epoch`,
+            `num_parallel_calls` or `block` is out of range; or the elements cannot be mapped in
+            blocks of the `block` given (`block=1` always can).
+
+    Examples:
+        >>> import tensorflow as tf, tfrepro.data
+        >>> flip = lambda image, seed: tf.image.stateless_random_flip_left_right(image, seed)
+        >>> ds = tfrepro.data.map_with_seed(tf.data.Dataset.from_tensor_slices(tf.zeros([8, 4, 4, 1])), flip, seed=1)
+        >>> [tuple(image.shape) for image in ds.take(1)]
+        [(4, 4, 1)]
     """
     tf = _tf.import_tf()
     if not isinstance(dataset, tf.data.Dataset):

@@ -10,23 +10,45 @@ from tfrepro.data import passes
 
 def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str = "shuffle",
             epoch: int | None = None) -> Any:
-    """``dataset.shuffle(buffer_size)``, each pass's order fixed by ``seed`` (default: the active
-    ``tfrepro.patch`` seed), ``key`` and the epoch: the training epoch (``fit``'s, or
-    ``tfrepro.data.set_epoch`` in a custom loop) when the pass's first element is pulled, or a fixed
-    ``epoch``. So every run gives the same order, every epoch another, and epoch E's order can be
-    drawn directly, without drawing the epochs before it (an exact resume needs no replay). TF's
-    global seed does not enter.
+    """Randomly shuffles the elements of `dataset`, in an order keyed by the seed and the epoch.
 
-    Use it where a pass starts with an epoch: ``repeat()`` after it starts passes ahead of training
-    (put ``repeat()`` before it, or pass ``epoch``).
+    `dataset.shuffle(buffer_size)`, each pass's order fixed by `seed`, `key` and the epoch: the
+    training epoch (`fit`'s, or `tfrepro.data.set_epoch` in a custom loop) when the pass's first
+    element is pulled, or a fixed `epoch`. So every run gives the same order, every epoch another,
+    and epoch E's order can be drawn directly, without drawing the epochs before it (an exact
+    resume needs no replay), where `Dataset.shuffle`'s reshuffle depends on how many passes came
+    before. TF's global seed does not enter.
 
-    >>> import tensorflow as tf, tfrepro.data
-    >>> ds = tf.data.Dataset.range(6)
-    >>> first = list(tfrepro.data.shuffle(ds, 6, seed=1, epoch=0).as_numpy_iterator())
-    >>> first == list(tfrepro.data.shuffle(ds, 6, seed=1, epoch=0).as_numpy_iterator())
-    True
-    >>> sorted(first) == list(range(6))
-    True
+    Use it where a pass starts with an epoch: `repeat()` after it starts passes ahead of training
+    (put `repeat()` before it, or pass `epoch`).
+
+    Args:
+        dataset: The `tf.data.Dataset` to shuffle.
+        buffer_size: How many elements the shuffle buffer holds, a positive int, as in
+            `Dataset.shuffle` (the dataset's length for a uniform shuffle).
+        seed: The seed of the order, an int in [0, 2**32 - 1]; `None`: the active `tfrepro.patch`
+            seed.
+        key: What this shuffle is for, keyed into its order: give two shuffles of one seed
+            distinct keys for unrelated orders.
+        epoch: A fixed epoch for the order, a non-negative int; `None`: the training epoch when
+            each pass's first element is pulled.
+
+    Returns:
+        The shuffled `tf.data.Dataset`, with `dataset`'s cardinality where it is known.
+
+    Raises:
+        TypeError: `dataset` is not a `tf.data.Dataset`.
+        ValueError: `buffer_size` is not a positive int, `seed` or `epoch` is out of range, or no
+            `seed` is given and no `tfrepro.patch` seed is active.
+
+    Examples:
+        >>> import tensorflow as tf, tfrepro.data
+        >>> ds = tf.data.Dataset.range(6)
+        >>> first = list(tfrepro.data.shuffle(ds, 6, seed=1, epoch=0).as_numpy_iterator())
+        >>> first == list(tfrepro.data.shuffle(ds, 6, seed=1, epoch=0).as_numpy_iterator())
+        True
+        >>> sorted(first) == list(range(6))
+        True
     """
     tf = _tf.import_tf()
     if not isinstance(dataset, tf.data.Dataset):

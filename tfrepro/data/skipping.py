@@ -49,24 +49,41 @@ class Skip:
 
 
 def skip(dataset: Any, count: int) -> Any:
-    """``dataset.skip(count)``, without computing the skipped elements where the pipeline allows.
+    """Skips the first `count` elements of `dataset`, without computing them where the pipeline allows.
 
-    The result yields the same elements, bit for bit, as the next pass of ``dataset.skip(count)``,
-    for a dataset whose passes do not depend on the passes before (``tfrepro.data.shuffle`` and
-    ``map_with_seed`` are keyed by the epoch; see ``tfrepro.checkpointing.input_position``). Where it
-    is not, where no map can be passed, or where the graph captures a variable or a table or holds
-    over 16 MiB (arrays embedded as constants cost more to copy than to draw), it is
-    ``dataset.skip(count)`` itself (``plan(dataset, count).why_not`` says why). The
-    skipped elements' maps above a keyed shuffle, its batches and prefetches are not run; the
-    shuffle's own input is still pulled. For a custom loop's mid-epoch resume, say.
+    `dataset.skip(count)`, whose skipped elements go through every map above the source (TF
+    computes what it skips). This one rewrites a copy of the dataset's graph so that the skip moves
+    down past the stages that make one element, or a fixed number of elements, of the one below
+    (prefetch, a stateless map, `batch`, `unbatch` of static blocks, `zip`); it never reads or runs
+    the dataset. The result yields the same elements, bit for bit, as the next pass of
+    `dataset.skip(count)`, for a dataset whose passes do not depend on the passes before
+    (`tfrepro.data.shuffle` and `map_with_seed` are keyed by the epoch; see
+    `tfrepro.checkpointing.input_position`). Where they do, where no map can be passed, or where
+    the graph captures a variable or a table or holds over 16 MiB (arrays embedded as constants
+    cost more to copy than to draw), it is `dataset.skip(count)` itself
+    (`tfrepro.data.skipping.plan(dataset, count).why_not` says why). The skipped elements' maps
+    above a keyed shuffle, its batches and prefetches are not run; the shuffle's own input is
+    still pulled. For a custom loop's mid-epoch resume, say.
 
-    >>> import tensorflow as tf, tfrepro.data
-    >>> def at_least_30(i):  # fails on an element below 30
-    ...     tf.debugging.assert_greater_equal(i, tf.constant(30, tf.int64))
-    ...     return i
-    >>> ds = tf.data.Dataset.range(40).map(at_least_30).batch(10)
-    >>> [batch.numpy().tolist() for batch in tfrepro.data.skip(ds, 3)]  # the map never sees 0-29
-    [[30, 31, 32, 33, 34, 35, 36, 37, 38, 39]]
+    Args:
+        dataset: The `tf.data.Dataset` to skip elements of.
+        count: How many elements to skip, a non-negative int (0 returns `dataset` itself).
+
+    Returns:
+        A `tf.data.Dataset` of the elements of `dataset` after the first `count`.
+
+    Raises:
+        TypeError: `dataset` is not a `tf.data.Dataset`.
+        ValueError: `count` is not a non-negative int.
+
+    Examples:
+        >>> import tensorflow as tf, tfrepro.data
+        >>> def at_least_30(i):  # fails on an element below 30
+        ...     tf.debugging.assert_greater_equal(i, tf.constant(30, tf.int64))
+        ...     return i
+        >>> ds = tf.data.Dataset.range(40).map(at_least_30).batch(10)
+        >>> [batch.numpy().tolist() for batch in tfrepro.data.skip(ds, 3)]  # the map never sees 0-29
+        [[30, 31, 32, 33, 34, 35, 36, 37, 38, 39]]
     """
     tf = _tf.import_tf()
     if not isinstance(dataset, tf.data.Dataset):

@@ -73,13 +73,26 @@ def _set(epoch: int) -> None:
 
 
 def set_epoch(epoch: int) -> None:
-    """Set the epoch that keyed draws belong to (``Model.fit`` sets it itself). Call it before the
-    first batch of each epoch of a custom training loop, before pulling from a keyed dataset.
+    """Sets the epoch that keyed random draws belong to, for a custom training loop.
 
-    >>> import tfrepro.data
-    >>> tfrepro.data.set_epoch(3)
-    >>> tfrepro.data.current_epoch()
-    3
+    Keyed draws (`tfrepro.data.shuffle`, `tfrepro.data.map_with_seed`, `fit`'s shuffle of arrays
+    under `patch`) are functions of the seed, the epoch and the element. `Model.fit` sets the epoch
+    itself; a custom training loop calls this before the first batch of each epoch, before pulling
+    from a keyed dataset, as with PyTorch's `DistributedSampler.set_epoch`. A pass over a dataset
+    reads the epoch when its first element is made. The epoch is one value for the whole process.
+
+    Args:
+        epoch: The epoch, a non-negative int.
+
+    Raises:
+        ValueError: `epoch` is not a non-negative int (a bool included).
+        ImportError: TensorFlow is not installed.
+
+    Examples:
+        >>> import tfrepro.data
+        >>> tfrepro.data.set_epoch(3)
+        >>> tfrepro.data.current_epoch()
+        3
     """
     _set(check_epoch(epoch))
 
@@ -91,7 +104,11 @@ def check_epoch(epoch: object, alternative: str = "") -> int:
 
 
 def current_epoch() -> int:
-    """The epoch keyed draws now belong to."""
+    """The epoch that keyed random draws now belong to.
+
+    Returns:
+        The epoch last set by `set_epoch` or by `Model.fit`, an int; 0 before either set it.
+    """
     return int(clock().numpy())
 
 

@@ -22,44 +22,74 @@ log = logging.getLogger("tfrepro")
 
 def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
           ops: bool | str | Sequence[str] = "auto", init: str = "order") -> reporting.Report:
-    """Make TensorFlow and Keras training deterministic and seed every RNG. Call before building the model.
+    """Makes TensorFlow and Keras training deterministic and seeds every RNG.
 
-    - Turns on op determinism the way the installed TF version reads it: ``TF_DETERMINISTIC_OPS=1``
-      and ``TF_CUDNN_DETERMINISTIC=1`` always (subprocesses agree too), plus
-      ``tf.config.experimental.enable_op_determinism()`` on TF >= 2.8 and
-      ``TF_CUDNN_USE_FRONTEND=1`` on TF 2.5-2.7.
-    - Seeds Python, NumPy, TF (global seed and global ``tf.random.Generator``) and Keras
-      (see ``seed_everything``), and sets ``PYTHONHASHSEED`` for subprocesses.
-    - On Keras 3 < 3.7, keeps ``compile(jit_compile="auto")`` from choosing XLA, as Keras >= 3.7 does.
-    - ``threads=N`` pins TF's intra- and inter-op thread pools (CPU results depend on them);
-      ``onednn=False``/``True`` sets ``TF_ENABLE_ONEDNN_OPTS``. Both act only before TF initialises.
-    - ``ops="auto"`` (the default) replaces exactly the ops the installed TF cannot run
-      deterministically on a GPU (they raise ``UnimplementedError`` there: nearest resize and
-      ``crop_and_resize`` backprop, ``sparse_dense_matmul``, ``bincount``, fused batch norm's
-      backprop in fine-tuning, ``adjust_contrast``; read from ``tfrepro.ops.kernel_facts``), on
-      every device, with versions built on TF's own sums (deterministic under op determinism), so
-      ``patch()`` never leaves an op that throws. ``ops=True`` (or a list of names, see
-      ``tfrepro.ops.selection.REPLACEABLE_OPS``) rebinds every op tfrepro has to its bitwise
-      order-invariant version (segment sums, bias_add, softmax xent, gather too); ``ops=False`` none.
-      ``ops="exact"`` is the exact tier (``tfrepro.ops.exact``): also exact matrix products,
-      convolutions, pooling, dropout, reductions, cross-entropies and Adam/SGD updates, the rest
-      refused by name, so that training gives the same bits across thread counts, oneDNN, XLA and
-      replica counts. Each rebinds TF's names and the internal call sites Keras and TF's gradients use.
-    - ``fit(shuffle=True)`` on arrays shuffles each epoch by the seed and the epoch
-      (``fit_shuffling``): every epoch another order, the same in every run.
-    - ``tf.distribute.MultiWorkerMirroredStrategy`` all-reduces with RING, not AUTO (which may pick
-      NCCL), and Keras 3 can ``fit`` under it (``distribution``).
-    - ``init="keyed"`` keys each weight's initial value by the seed and the weight's layer name and
-      weight name, so adding or removing other layers leaves it unchanged (``initialisers``);
-      ``init="order"`` (the default) draws in creation order, as earlier releases did.
+    Call it before the model is built, ideally as the script's first line, before TensorFlow is
+    imported. It:
 
-    Warns (``ReproducibilityWarning``) about whatever cannot apply: called after TF's runtime
-    started or after Keras layers were built, ``PYTHONHASHSEED`` not equal to the seed at interpreter
-    start (use ``tfrepro run``), ``TF_CUDNN_USE_AUTOTUNE=0``, or determinism variables set to off.
-    Idempotent; ``unpatch()`` restores what can be restored. Returns ``status()``.
+    - Turns on op determinism: `tf.config.experimental.enable_op_determinism()`, and
+      `TF_DETERMINISTIC_OPS=1` and `TF_CUDNN_DETERMINISTIC=1` in the environment (subprocesses agree
+      too).
+    - Seeds Python, NumPy, TF (global seed and global `tf.random.Generator`) and Keras (see
+      `seed_everything`), and sets `PYTHONHASHSEED` for subprocesses.
+    - On Keras 3 < 3.7, keeps `compile(jit_compile="auto")` from choosing XLA, as Keras >= 3.7 does.
+    - Replaces the TF ops that `ops` selects (by default exactly those that would raise under op
+      determinism on a GPU), so that `patch()` never leaves an op that throws.
+    - Makes `fit(shuffle=True)` on arrays shuffle each epoch by the seed and the epoch: every epoch
+      another order, the same in every run.
+    - Makes `tf.distribute.MultiWorkerMirroredStrategy` all-reduce with RING, not AUTO (which may
+      pick NCCL), and lets Keras 3 `fit` under it.
 
-    Guarantee: same seed, same hardware, same software stack and same thread counts give
-    bit-identical training for models whose ops TF can run deterministically (others raise).
+    It never does nothing silently: it warns (`ReproducibilityWarning`) about whatever cannot apply:
+    called after TF's runtime started or after Keras layers were built, `PYTHONHASHSEED` not equal to
+    the seed at interpreter start (use `tfrepro run`), `TF_CUDNN_USE_AUTOTUNE=0`, or determinism
+    variables set to off. It is idempotent, and all or nothing: when it raises (a warning turned into
+    an error by a filter included), what the call changed is undone. `unpatch()` restores what can
+    be restored; `patched()` is the same as a context manager.
+
+    Guarantee: the same seed, the same hardware, the same software stack and the same thread counts
+    give bit-identical training for models whose ops TF can run deterministically (others raise).
+    Not covered: generators you create yourself (`numpy.random.default_rng()`).
+
+    Args:
+        seed: The seed of every RNG, an int in [0, 2**32 - 1]. Defaults to 0. The same seed means
+            the same thing at every entry point (`tfrepro run --seed`, `tfrepro check`, sweeps);
+            see `tfrepro.determinism.seeding`.
+        threads: A positive int pins TF's intra- and inter-op thread pools to that many threads
+            (CPU results depend on them). None (the default) leaves TF's pools as they are (one
+            thread per core). Acts only before TF's runtime initialises; later it warns.
+        onednn: True or False sets `TF_ENABLE_ONEDNN_OPTS` to `1` or `0` (oneDNN changes CPU
+            numerics). None (the default) leaves it as it is. Acts in this process only before
+            TensorFlow is imported; later it is set for subprocesses only, with a warning.
+        ops: Which TF ops to replace with tfrepro's deterministic versions, on every device.
+            `"auto"` (the default): exactly the ops the installed TF cannot run deterministically on
+            a GPU (they raise `UnimplementedError` there: nearest resize and `crop_and_resize`
+            backprop, `sparse_dense_matmul`, `bincount`, fused batch norm's backprop in fine-tuning,
+            `adjust_contrast`; read from `tfrepro.ops.kernel_facts`), with versions built on TF's own
+            sums, deterministic under op determinism. `True`, or a list of names from
+            `tfrepro.ops.selection.REPLACEABLE_OPS`: those ops (all of them for `True`: segment sums,
+            `bias_add`, softmax cross-entropy and gather too) in their bitwise order-invariant
+            versions. `"exact"`: the exact tier (`tfrepro.ops.exact`), also exact matrix products,
+            convolutions, pooling, dropout, reductions, cross-entropies and Adam/SGD updates, the rest
+            refused by name, so that training gives the same bits across thread counts, oneDNN, XLA
+            and replica counts. `False` (or None): none. Each rebinds TF's names and the internal call
+            sites that Keras and TF's gradients use.
+        init: How Keras's random initialisers draw each weight's initial value. `"order"` (the
+            default) draws in creation order, as earlier releases did. `"keyed"` keys it by the seed
+            and the weight's layer name and weight name, so that adding or removing other layers
+            leaves it unchanged (see `tfrepro.determinism.initialisers`).
+
+    Returns:
+        The `tfrepro.Report` of `tfrepro.status()` after patching.
+
+    Raises:
+        ValueError: `seed` is not an int in [0, 2**32 - 1], `threads` not a positive int or None,
+            `onednn` not True, False or None, `ops` a list naming an op tfrepro does not replace,
+            or `init` neither `"order"` nor `"keyed"`.
+        TypeError: `ops` is none of `"auto"`, `"exact"`, a bool, None or a list (tuple, set) of
+            op names.
+        ImportError: TensorFlow is not installed, or is older than 2.12, the oldest tfrepro
+            supports (the message says what to install).
     """
     return apply_patch(seed, threads=threads, onednn=onednn, ops=ops, init=init)
 
@@ -81,6 +111,9 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
     initialisers.check_scheme(init)
     if _tf.installed_tf_version() is None:
         _tf.import_tf()  # raises ImportError with the install command
+    plan = switches.plan_for(_tf.installed_tf_version())
+    if plan.mechanism == "unsupported":
+        raise ImportError(plan.limits[0])
 
     outer_config = _active_config()
     # Under an active patch, what ran since was seeded by it, and the hash-seed warning was given then.
@@ -154,15 +187,46 @@ def _restore(config: _Config | None) -> None:
 
 
 def enable_determinism(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-                       ops: bool | str | Sequence[str] = "auto") -> reporting.Report:
-    """Alias of ``patch``, for users of ``fwr13y.d9m.tensorflow.enable_determinism()``."""
-    return patch(seed, threads=threads, onednn=onednn, ops=ops)
+                       ops: bool | str | Sequence[str] = "auto", init: str = "order") -> reporting.Report:
+    """Makes TensorFlow and Keras training deterministic: `patch`, under NVIDIA's name.
+
+    The name that users of NVIDIA's framework-reproducibility package know: a script that calls
+    `fwr13y.d9m.tensorflow.enable_determinism()` can call `tfrepro.enable_determinism()` in its
+    place. It takes exactly what `patch` takes and does exactly what `patch` does: with no arguments
+    it is `patch(0)`, which turns op determinism on and also seeds every RNG with 0.
+
+    Args:
+        seed: The seed of every RNG, an int in [0, 2**32 - 1]. Defaults to 0. See `patch`.
+        threads: A positive int pins TF's intra- and inter-op thread pools; None (the default)
+            leaves them. See `patch`.
+        onednn: True or False sets `TF_ENABLE_ONEDNN_OPTS`; None (the default) leaves it. See
+            `patch`.
+        ops: Which TF ops to replace with deterministic versions: `"auto"` (the default), `True`,
+            a list of names, `"exact"` or `False`. See `patch`.
+        init: `"order"` (the default) or `"keyed"` initial weights. See `patch`.
+
+    Returns:
+        The `tfrepro.Report` of `tfrepro.status()` after patching.
+
+    Raises:
+        ValueError: An argument is out of range (see `patch`).
+        TypeError: `ops` is of the wrong type (see `patch`).
+        ImportError: TensorFlow is not installed, or is older than 2.12.
+    """
+    return patch(seed, threads=threads, onednn=onednn, ops=ops, init=init)
 
 
 def unpatch() -> reporting.Report:
-    """Undo ``patch`` where possible: restore environment variables, turn op determinism back off
-    if ``patch`` turned it on, remove the Keras XLA guard. RNG states stay as seeded, and thread
-    pools cannot change once TF has started. Returns ``status()``."""
+    """Undoes `patch` where possible.
+
+    Restores the environment variables `patch` set, turns op determinism back off if `patch` turned
+    it on, puts TF's ops back and removes the Keras XLA guard. Not undone: RNG states stay as
+    seeded (`patched()` restores them), and thread pools cannot change once TF has started. Without
+    an active patch it does nothing; calling it twice is harmless.
+
+    Returns:
+        The `tfrepro.Report` of `tfrepro.status()` after undoing.
+    """
     applied = state.active()
     if applied is None:
         log.debug("tfrepro.unpatch(): not patched; nothing to undo")
@@ -191,10 +255,37 @@ def unpatch() -> reporting.Report:
 @contextlib.contextmanager
 def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
             ops: bool | str | Sequence[str] = "auto", init: str = "order") -> Iterator[reporting.Report]:
-    """``patch`` for the duration of a ``with`` block (for tests), then back to what was there before:
-    unpatched, or the earlier patch with its seed, environment and replaced ops; and every generator
-    that ``rng_state()`` captures where it was on entry. TensorFlow's global op seed
-    (``tf.random.set_seed``) stays the block's: TensorFlow does not expose it to restore."""
+    """Applies `patch` for the duration of a `with` block, then returns to what was there before.
+
+    On exit, also when the block raises, the process goes back to being unpatched, or to the earlier
+    patch with its seed, environment and replaced ops; and every generator that `rng_state()`
+    captures goes back to where it was on entry. Meant for tests and sweeps. Not restored:
+    TensorFlow's global op seed (`tf.random.set_seed`) stays the block's, because TensorFlow does
+    not expose it to restore.
+
+    ```python
+    with tfrepro.patched(3, init="keyed") as report:
+        model = build_model()
+    ```
+
+    Args:
+        seed: The seed of every RNG, an int in [0, 2**32 - 1]. Defaults to 0. See `patch`.
+        threads: A positive int pins TF's intra- and inter-op thread pools; None (the default)
+            leaves them. See `patch`.
+        onednn: True or False sets `TF_ENABLE_ONEDNN_OPTS`; None (the default) leaves it. See
+            `patch`.
+        ops: Which TF ops to replace with deterministic versions: `"auto"` (the default), `True`,
+            a list of names, `"exact"` or `False`. See `patch`.
+        init: `"order"` (the default) or `"keyed"` initial weights. See `patch`.
+
+    Yields:
+        The `tfrepro.Report` of `tfrepro.status()` after patching.
+
+    Raises:
+        ValueError: An argument is out of range (see `patch`).
+        TypeError: `ops` is of the wrong type (see `patch`).
+        ImportError: TensorFlow is not installed, or is older than 2.12.
+    """
     outer_config = _active_config()
     rngs = seeding.rng_state()
     try:
@@ -253,12 +344,6 @@ def _late_findings(*, onednn: bool | None, ops: bool, seeding_too: bool) -> list
     if not _tf.tf_imported():
         return []
     findings = []
-    tf_version = _tf.parse_version(_tf.installed_tf_version())
-    if tf_version is not None and tf_version < (2, 8) and not _tf.op_determinism_enabled():
-        findings.append(
-            "TensorFlow was imported first; before TF 2.8 TF_DETERMINISTIC_OPS is read once, so ops "
-            "that already ran keep their nondeterministic kernels"
-        )
     if onednn is not None:
         findings.append(
             "TensorFlow was imported first, so onednn= cannot change oneDNN in this process (set only "

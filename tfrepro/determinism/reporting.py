@@ -13,7 +13,18 @@ from tfrepro.ops import selection
 
 @dataclass(frozen=True)
 class Setting:
-    """One line of the report. ``ok`` is True (good), False (breaks reproducibility) or None (information)."""
+    """One line of a `tfrepro.Report`: a determinism-relevant setting, its value, and whether it is good.
+
+    `str(setting)` is the printed line: `[ok]`, `[!!]` or `[--]`, the name, the value and the reason.
+
+    Attributes:
+        name: What the setting is, e.g. `"op determinism"`, `"PYTHONHASHSEED"`, `"seeds"`; a report
+            can be indexed by it (`report["seeds"]`).
+        value: Its current value, in words (`"on (enable_op_determinism)"`, `"not set"`).
+        ok: True when it is as reproducible training needs, False when it breaks reproducibility,
+            None when it is information only.
+        why: The reason or the fix, when there is one; empty otherwise.
+    """
 
     name: str
     value: str
@@ -27,7 +38,15 @@ class Setting:
 
 @dataclass(frozen=True)
 class Report:
-    """A structured, printable status report: ``print(report)``, ``report.to_dict()``, ``report.ok``."""
+    """What is and is not in place for reproducible training, and why: what `tfrepro.status()` returns.
+
+    `print(report)` shows one line per setting; `report["op determinism"]` is one `Setting`, by name
+    (a `KeyError` for a name it does not hold); `report.ok` says whether anything breaks
+    reproducibility, and `report.to_dict()` is the same as JSON-serialisable data.
+
+    Attributes:
+        settings: The settings, in the printed order, as `Setting`s.
+    """
 
     settings: tuple[Setting, ...]
 
@@ -43,9 +62,20 @@ class Report:
         raise KeyError(name)
 
     def problems(self) -> list[Setting]:
+        """The settings known to break reproducibility.
+
+        Returns:
+            The `Setting`s whose `ok` is False, in report order; empty when `ok` is True.
+        """
         return [s for s in self.settings if s.ok is False]
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-serialisable data.
+
+        Returns:
+            A dict: `"ok"`, the verdict, and `"settings"`, a list of dicts with each setting's
+            `name`, `value`, `ok` and `why`.
+        """
         return {"ok": self.ok, "settings": [asdict(s) for s in self.settings]}
 
     def __str__(self) -> str:
@@ -69,7 +99,17 @@ def _op_determinism(plan: switches.DeterminismPlan) -> Setting:
 
 
 def status() -> Report:
-    """Report each determinism-relevant setting, whether it is on, and why. Never imports TensorFlow."""
+    """Reports each determinism-relevant setting, whether it is as reproducible training needs, and why.
+
+    Covers TensorFlow and Keras versions, op determinism (before TF is imported: what TF will read
+    at import), the determinism environment variables, `TF_CUDNN_USE_AUTOTUNE`, `PYTHONHASHSEED`
+    at interpreter start, the seed of the active patch, keyed randomness, op replacements, thread
+    pools, oneDNN, and the known limits of the installed TF version. Never imports TensorFlow:
+    calling it does not change what it reports.
+
+    Returns:
+        A `tfrepro.Report`: print it, index it by setting name, or check `report.ok`.
+    """
     tf_version = _tf.installed_tf_version()
     plan = switches.plan_for(tf_version)
     seed = state.active_seed()

@@ -56,16 +56,29 @@ def validate_seed(seed: object, name: str = "seed") -> int:
 
 
 def derive_seed(seed: int, *keys: int | str) -> int:
-    """A seed in [0, 2**32 - 1] derived from ``seed`` and ``keys`` (e.g. ``"worker", 3``).
+    """Derives a seed from `seed` and `keys`, e.g. one per worker or per epoch.
 
     The same inputs give the same seed in every process, Python version and platform: it is a
-    BLAKE2b hash of a canonical JSON encoding, never Python's salted ``hash()``. ``1`` and ``"1"``
-    are different keys.
+    BLAKE2b hash of a canonical JSON encoding, never Python's salted `hash()`. Different inputs give
+    unrelated seeds (barring a 32-bit hash collision); `1` and `"1"` are different keys.
 
-    >>> derive_seed(42, "worker", 0)
-    621714141
-    >>> derive_seed(42, "worker", 1)
-    336846034
+    Args:
+        seed: The base seed, an int in [0, 2**32 - 1].
+        *keys: What the derived seed is for, ints or strings, in order (`"worker", 3`). None: a
+            seed derived from `seed` alone.
+
+    Returns:
+        An int in [0, 2**32 - 1], a valid seed for `tfrepro.patch`.
+
+    Raises:
+        ValueError: `seed` is not an int in [0, 2**32 - 1].
+        TypeError: A key is neither an int nor a string (a bool included).
+
+    Examples:
+        >>> derive_seed(42, "worker", 0)
+        621714141
+        >>> derive_seed(42, "worker", 1)
+        336846034
     """
     seed = validate_seed(seed)
     for key in keys:
@@ -89,13 +102,23 @@ def seed_numpy(seed: int) -> None:
 
 
 def seed_everything(seed: int) -> int:
-    """Seed Python ``random``, NumPy's global RNG, TensorFlow and every loaded Keras.
+    """Seeds Python's `random`, NumPy's global RNG, TensorFlow and every Keras, loaded now or later.
 
-    TensorFlow (if installed) gets its global seed and a fresh global ``tf.random.Generator``
-    from ``seed``; Keras, loaded now or later, what the module doc says seed S means.
+    TensorFlow (if installed) gets its global seed (`tf.random.set_seed`) and a fresh global
+    `tf.random.Generator` from `seed`; Keras, loaded now or later, what the module doc says seed S
+    means. Importing TensorFlow here does not move Python's or NumPy's RNGs.
 
-    Does not touch determinism switches or ``PYTHONHASHSEED``. Returns the seed.
-    Not covered: ``numpy.random.default_rng()`` generators you create yourself.
+    Does not touch the determinism switches or `PYTHONHASHSEED` (`tfrepro.patch` does both). Not
+    covered: generators you create yourself, such as `numpy.random.default_rng()`.
+
+    Args:
+        seed: The seed, an int in [0, 2**32 - 1].
+
+    Returns:
+        The seed, as an int.
+
+    Raises:
+        ValueError: `seed` is not an int in [0, 2**32 - 1].
     """
     seed = validate_seed(seed)
     seed_python(seed)
@@ -278,12 +301,17 @@ def _keras3_global_seed_generator(keras: ModuleType) -> Any:
 
 
 def rng_state() -> RngState:
-    """Capture the state of every RNG that ``seed_everything`` seeds, as JSON-serialisable data.
+    """Captures the state of every RNG that `seed_everything` seeds, as JSON-serialisable data.
 
-    Captured: Python ``random``; NumPy's legacy global RNG; TensorFlow's global
-    ``tf.random.Generator`` (if one exists); Keras 3's global ``SeedGenerator`` (if one exists);
+    Captured: Python's `random`; NumPy's legacy global RNG; TensorFlow's global
+    `tf.random.Generator` (if one exists); Keras 3's global `SeedGenerator` (if one exists);
     Keras 2's internal generator (if set). Not captured: TF's stateful op-level RNG kernels
-    (``tf.random.uniform`` without a generator), whose state TF does not expose.
+    (`tf.random.uniform` without a generator), whose state TF does not expose. Never imports
+    TensorFlow or Keras.
+
+    Returns:
+        A dict of plain lists and numbers (it survives a JSON round trip) to pass to
+        `set_rng_state`.
     """
     import numpy as np
 
@@ -313,10 +341,17 @@ def rng_state() -> RngState:
 
 
 def set_rng_state(state: RngState) -> None:
-    """Restore a state captured by ``rng_state`` (a JSON round trip of it works too).
+    """Restores every RNG to a state captured by `rng_state`.
 
-    Raises ValueError for a malformed state, or when it holds a Keras or TensorFlow part that
-    this process cannot take (e.g. a Keras 3 part while no Keras 3 is loaded).
+    The generators then draw exactly what they drew after the capture. A TensorFlow part imports
+    TensorFlow and replaces (or resets) its global `tf.random.Generator`.
+
+    Args:
+        state: What `rng_state()` returned, or a JSON round trip of it.
+
+    Raises:
+        ValueError: `state` is not such a dict, or it holds a Keras part that this process cannot
+            take (a Keras 3 part while no Keras 3 is loaded, a Keras 2 part while no Keras 2 is).
     """
     import numpy as np
 

@@ -1,16 +1,10 @@
-"""Which determinism switches each TensorFlow version reads.
+"""Which determinism switches the installed TensorFlow reads.
 
 This is pure version logic with no TensorFlow import, so it can be tested for any version string.
-
-| TF          | switches                                                             |
-|-------------|----------------------------------------------------------------------|
-| 1.14 - 2.0  | ``TF_CUDNN_DETERMINISTIC=1`` (bias_add backprop still nondeterministic)|
-| 2.1 - 2.4   | ``TF_DETERMINISTIC_OPS=1``                                           |
-| 2.5 - 2.7   | ``TF_DETERMINISTIC_OPS=1`` and ``TF_CUDNN_USE_FRONTEND=1``           |
-| >= 2.8      | ``tf.config.experimental.enable_op_determinism()``                   |
-
-tfrepro always sets both ``TF_DETERMINISTIC_OPS=1`` and ``TF_CUDNN_DETERMINISTIC=1`` so that
-subprocesses of any TF version agree; newer versions read them as the initial state.
+From TF 2.8 on, ``tf.config.experimental.enable_op_determinism()`` turns op determinism on, and
+``TF_DETERMINISTIC_OPS`` is read as its initial state; tfrepro supports TF 2.12 and later, and sets
+both ``TF_DETERMINISTIC_OPS=1`` and ``TF_CUDNN_DETERMINISTIC=1`` as well, so that subprocesses
+agree. An older TensorFlow gets a plan that ``patch`` refuses, naming the floor.
 """
 
 from __future__ import annotations
@@ -21,7 +15,8 @@ from dataclasses import dataclass
 
 from tfrepro._tf import env_flag, parse_version
 
-DETERMINISM_ENV = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "TF_CUDNN_USE_FRONTEND")
+DETERMINISM_ENV = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC")
+SUPPORTED_TF = (2, 12)  # the oldest TensorFlow tfrepro supports and tests (CI leg c)
 
 
 @dataclass(frozen=True)
@@ -31,7 +26,7 @@ class DeterminismPlan:
     tf_version: str | None
     env: dict[str, str]
     call_enable_op_determinism: bool
-    mechanism: str  # what actually switches determinism on for this version
+    mechanism: str  # what switches determinism on for this version ("unsupported" below the floor)
     limits: tuple[str, ...] = ()
 
 
@@ -43,17 +38,11 @@ def plan_for(tf_version: str | None) -> DeterminismPlan:
         return DeterminismPlan(
             tf_version, env, False, "TF_DETERMINISTIC_OPS", ("TensorFlow version unknown: environment variables only",)
         )
-    if version < (1, 14):
-        limits = (f"TensorFlow {tf_version} predates GPU determinism support (1.14)",)
-        return DeterminismPlan(tf_version, env, False, "none", limits)
-    if version < (2, 1):
-        limits = ("bias_add backprop still uses atomics on GPU before TF 2.1",)
-        return DeterminismPlan(tf_version, env, False, "TF_CUDNN_DETERMINISTIC", limits)
-    if version < (2, 8):
-        limits = ("TF_DETERMINISTIC_OPS is read once, at first use: it must be set before the first op",)
-        if version >= (2, 5):
-            env["TF_CUDNN_USE_FRONTEND"] = "1"  # deterministic cuDNN algorithm selection, TF #53771
-        return DeterminismPlan(tf_version, env, False, "TF_DETERMINISTIC_OPS", limits)
+    if version < SUPPORTED_TF:
+        floor = ".".join(map(str, SUPPORTED_TF))
+        return DeterminismPlan(tf_version, env, False, "unsupported",
+                               (f"TensorFlow {tf_version} is older than {floor}, the oldest tfrepro supports: "
+                                f"pip install 'tensorflow>={floor}'",))
     return DeterminismPlan(tf_version, env, True, "enable_op_determinism")
 
 

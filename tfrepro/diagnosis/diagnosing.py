@@ -13,42 +13,69 @@ from tfrepro.diagnosis.layer_calls import LayerCalls
 
 def diagnose(model: Any, x: Any, y: Any = None, repeats: int = 3, *, sample_weight: Any = None,
              batch_size: int | None = None, tf_version: str | None = None) -> Diagnosis:
-    """Find what makes this model's training differ between runs, and name the layer.
+    """Finds what makes this model's training differ between runs, and names the layer.
 
-    Two parts, on the first batch of ``x`` (and ``y``) as ``fit`` hands it to ``train_step`` (arrays
-    are cut to ``batch_size`` rows, default 32; a ``tf.data.Dataset`` gives the first element of a
+    Two parts, on the first batch of `x` (and `y`) as `fit` hands it to `train_step` (arrays
+    are cut to `batch_size` rows, default 32; a `tf.data.Dataset` gives the first element of a
     fresh iteration, read from a copy so the dataset's own shuffle and random counters stay put,
     and its graph is checked too):
 
-    - **static scan** (no GPU needed, nothing run): the model's own ``train_step`` is traced and its
+    - **static scan** (no GPU needed, nothing run): the model's own `train_step` is traced and its
       ops, nested functions included, are matched against the table of ops without deterministic
-      GPU kernels for ``tf_version`` (default: the installed TensorFlow; a version outside the
-      table's range raises ``ValueError``), each named by its layer with the fix; Python run by
-      ``tf.numpy_function``/``tf.py_function`` is a risk; plus batch-norm fine-tuning, the
+      GPU kernels for `tf_version` (default: the installed TensorFlow; a version outside the
+      table's range raises `ValueError`), each named by its layer with the fix; Python run by
+      `tf.numpy_function`/`tf.py_function` is a risk; plus batch-norm fine-tuning, the
       configuration and the input pipeline.
-    - **dynamic bisection** (``repeats`` >= 2; 0 skips it): the model's own ``train_step`` (a custom
-      one as written: its losses, metrics and updates) runs ``repeats`` times from the same state,
+    - **dynamic bisection** (`repeats` >= 2; 0 skips it): the model's own `train_step` (a custom
+      one as written: its losses, metrics and updates) runs `repeats` times from the same state,
       and every layer's tensors (integer and boolean ones too), the gradients through it, the
       gradients off the tape and into the optimizer, what each metric receives, the logs and every
       variable the step can change are compared bit for bit; the first layer (or the loss, the
       step's own code, the optimizer, a metric) in execution order that varied by itself is reported
-      with how many repeats differed and by how much, the layers it affected as ``downstream``.
+      with how many repeats differed and by how much, the layers it affected as `downstream`.
       What could not be compared is reported as "not examined", and the diagnosis is then not clean.
 
     Afterwards every variable the step can change (the model's, its optimizers' and metrics', and
-    whatever else its object graph reaches, a layer's ``tf.random.Generator`` or plain
-    ``tf.Variable`` included) and every RNG are as they were, bit for bit (an unbuilt model,
-    optimizer or metric is built, as ``fit`` would build it). Works with Sequential, functional and
+    whatever else its object graph reaches, a layer's `tf.random.Generator` or plain
+    `tf.Variable` included) and every RNG are as they were, bit for bit (an unbuilt model,
+    optimizer or metric is built, as `fit` would build it). Works with Sequential, functional and
     subclassed models, nested layers included, on Keras 3 and Keras 2. Limits: the dynamic part
     runs on this machine's devices, so a GPU-only nondeterminism shows only on a GPU (the static
-    scan names it anywhere); under a ``tf.distribute`` strategy (Keras 3 only) the step runs once in
+    scan names it anywhere); under a `tf.distribute` strategy (Keras 3 only) the step runs once in
     the strategy's cross-replica context (mirrored variables included), not once per replica.
 
-    >>> import numpy as np, tensorflow as tf, tfrepro
-    >>> model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
-    >>> model.compile("sgd", "mse")
-    >>> tfrepro.diagnose(model, np.ones((8, 4), "float32"), np.ones((8, 2), "float32")).clean  # doctest: +SKIP
-    True
+    Args:
+        model: The compiled Keras model (the Keras that `tf.keras` is here), as it would train.
+        x: The input, as `Model.fit` takes it: arrays or tensors (a dict or list of them too), a
+            `tf.data.Dataset`, a `keras.utils.PyDataset`/`Sequence`, or an iterator (one element
+            is consumed).
+        y: The targets, for arrays or tensors, as `fit` takes them (`None` for a dataset, or a
+            model without targets).
+        repeats: How many times the dynamic bisection runs the step, an int >= 2; 0 runs the
+            static scan only.
+        sample_weight: Per-sample weights, for arrays or tensors, as `fit` takes them.
+        batch_size: The rows of the batch cut from arrays, a positive int; `None`: 32, as `fit`.
+            Ignored for a dataset, whose element is already a batch.
+        tf_version: The TensorFlow version to scan the ops against (`"2.15"`, say), for a run on
+            another version; `None`: the installed one.
+
+    Returns:
+        A `tfrepro.Diagnosis`: the findings, most serious first, each naming where (a layer, the
+            optimizer, the loss, the input pipeline, the configuration), what was found and the fix.
+
+    Raises:
+        ValueError: `repeats` is 1, negative or not an int; `batch_size` is not a positive int;
+            `tf_version` is outside the range the kernel table covers; the data is empty or its
+            arguments do not match (`y` given with a dataset that yields pairs, say); the model is
+            not compiled; or (Keras 2) it was built under a `tf.distribute` strategy.
+        TypeError: `model` is not a Keras `Model` of the Keras that `tf.keras` is here.
+
+    Examples:
+        >>> import numpy as np, tensorflow as tf, tfrepro
+        >>> model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+        >>> model.compile("sgd", "mse")
+        >>> tfrepro.diagnose(model, np.ones((8, 4), "float32"), np.ones((8, 2), "float32")).clean  # doctest: +SKIP
+        True
     """
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats == 1 or repeats < 0:
         raise ValueError(f"repeats must be 0 (static scan only) or an int >= 2; got {repeats!r}")

@@ -24,9 +24,27 @@ PROBLEMS = ("nondeterministic", "raises", "raises on GPU", "nondeterministic on 
 
 @dataclass(frozen=True)
 class Finding:
-    """One finding. ``where`` is a layer path (``model/block/dense``) or one of "optimizer", "loss",
-    "input pipeline", "configuration"; ``check`` says which part found it: "dynamic" (repeats of a
-    step), "ops" (the traced step's ops against the kernel table), "layers", "pipeline", "configuration"."""
+    """One finding of `tfrepro.diagnose`: where, what, and the fix.
+
+    Frozen; `Diagnosis.from_dict` rebuilds findings from `asdict`'s dicts.
+
+    Attributes:
+        severity: How serious it is, one of `SEVERITIES` (most serious first): "nondeterministic",
+            "raises", "raises on GPU", "nondeterministic on GPU" and "risk" are problems; "not
+            examined" leaves a diagnosis unclean; "downstream", "handled" and "note" are not
+            problems.
+        where: A layer path (`model/block/dense`), or one of "optimizer", "loss", "train step",
+            "input pipeline", "configuration", `"metric: NAME"`.
+        finding: What was found, in a sentence.
+        fix: What to do about it (empty when nothing is to be done).
+        check: Which part found it: "dynamic" (repeats of a step), "ops" (the traced step's ops
+            against the kernel table), "layers", "pipeline", "configuration".
+        details: Machine-readable details (the op type, the kernel fact, how many repeats
+            differed, ...), JSON-serialisable.
+
+    Raises:
+        ValueError: `severity` is not one of `SEVERITIES`.
+    """
 
     severity: str
     where: str
@@ -41,14 +59,26 @@ class Finding:
 
     @property
     def problem(self) -> bool:
+        """Whether the finding is a problem: its severity makes runs differ, or may (`PROBLEMS`)."""
         return self.severity in PROBLEMS
 
 
 @dataclass
 class Diagnosis:
-    """The findings of ``tfrepro.diagnose`` (see there), most serious first, each group in execution
-    or model order. ``clean`` is True when none is a problem and every part was examined (only notes,
-    handled ops, downstream effects of nothing, or nothing)."""
+    """What `tfrepro.diagnose` found in a model: its findings, most serious first.
+
+    Within a severity the findings are in execution or model order. `clean` is true when none is a
+    problem and every part was examined (only notes, handled ops, or nothing). `str()` gives a
+    plain-text report, rich renders a table, and `to_dict`/`from_dict` round-trip it through JSON.
+
+    Attributes:
+        findings: The `Finding`s, most serious first.
+        model: The model's class and name (`Sequential 'sequential'`).
+        tf_version: The TensorFlow version the ops were scanned against.
+        keras_version: The Keras version that ran the step.
+        repeats: How many times the step ran for the dynamic bisection (0: the static scan only).
+        seconds: How long each part took, by name ("scan", "bisection").
+    """
 
     findings: list[Finding]
     model: str = ""
@@ -59,10 +89,12 @@ class Diagnosis:
 
     @property
     def clean(self) -> bool:
+        """Whether nothing was found that makes runs differ, and every part was examined."""
         return not self.problems and not self.where("not examined")
 
     @property
     def problems(self) -> list[Finding]:
+        """The findings that are problems (`Finding.problem`), most serious first."""
         return [f for f in self.findings if f.problem]
 
     @property
@@ -71,16 +103,40 @@ class Diagnosis:
         return next((f for f in self.findings if f.severity == "nondeterministic"), None)
 
     def where(self, severity: str | None = None) -> list[str]:
-        """The ``where`` of every finding (of one severity), in report order."""
+        """Lists where the findings are, in report order.
+
+        Args:
+            severity: Only the findings of this severity (one of `SEVERITIES`); `None`: all.
+
+        Returns:
+            The `where` of each finding (a layer path, "optimizer", ...), in report order.
+        """
         return [f.where for f in self.findings if severity is None or f.severity == severity]
 
     def to_dict(self) -> dict[str, Any]:
+        """Returns the diagnosis as JSON-serialisable data, as `tfrepro doctor` writes it to `diagnosis.json`.
+
+        Returns:
+            A dict of `clean`, the other fields, and `findings` as a list of dicts.
+        """
         return {"clean": self.clean, "model": self.model, "tf_version": self.tf_version,
                 "keras_version": self.keras_version, "repeats": self.repeats, "seconds": dict(self.seconds),
                 "findings": [asdict(f) for f in self.findings]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
+        """Rebuilds a diagnosis from what `to_dict` returned (or its JSON round trip).
+
+        Args:
+            data: A dict as `to_dict` makes it; only `findings` is required.
+
+        Returns:
+            The `Diagnosis`.
+
+        Raises:
+            ValueError: `data` is not a tfrepro diagnosis: no `findings`, or a finding with missing
+                or unknown fields or an unknown severity.
+        """
         try:
             findings = [Finding(**entry) for entry in data["findings"]]
         except (KeyError, TypeError, ValueError) as exc:
@@ -89,6 +145,13 @@ class Diagnosis:
                    int(data.get("repeats", 0)), dict(data.get("seconds", {})))
 
     def summary(self) -> str:
+        """Summarises the diagnosis in one line: clean or not, the findings by severity, the model
+        and versions.
+
+        Returns:
+            The line, e.g. `clean: nothing found that makes runs differ (no findings); Sequential
+                'sequential', TF 2.16.1, Keras 3.3.3, 3 repeats of one step`.
+        """
         counts: dict[str, int] = {}
         for f in self.findings:
             counts[f.severity] = counts.get(f.severity, 0) + 1

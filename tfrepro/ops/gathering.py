@@ -61,11 +61,33 @@ def _ragged_gather(params, indices, axis, batch_dims: int):
     return placed.with_flat_values(_gather_axis0(values, placed.flat_values))
 
 
-def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None):
-    """``tf.gather``. For the first axis and ``batch_dims=0`` (embeddings) the gradient aggregates
-    repeated indices exactly (see module doc); so does a gather of ragged params or indices that
-    moves whole rows. Other axes and ``batch_dims`` use TF's gather, whose gradient sums through
-    ``math_ops.unsorted_segment_sum``, which ``patch(ops=True)`` replaces."""
+def gather(params: tf.Tensor | tf.RaggedTensor, indices: tf.Tensor | tf.RaggedTensor,
+           validate_indices: bool | None = None, axis: int | tf.Tensor | None = None, batch_dims: int = 0,
+           name: str | None = None) -> tf.Tensor | tf.RaggedTensor:
+    """Gathers slices from `params`, with a gradient that sums repeated indices order-invariantly.
+
+    A drop-in for `tf.gather`; the forward result is TF's. Along the first axis with
+    `batch_dims=0` (an embedding lookup), the gradient is an `IndexedSlices` over the unique
+    indices whose rows are exact, order-invariant sums (`unsorted_segment_sum`) of the gradients of
+    their repeats, so whatever applies it (a dense conversion, an optimizer's scatter-add) adds each
+    row once. TF's gradient has one row per index, repeats included, summed later in thread order
+    on a GPU. A gather of ragged `params` or `indices` that moves whole rows gets the same gradient.
+    Other axes and `batch_dims` use TF's gather, whose gradient sums through
+    `math_ops.unsorted_segment_sum`, which `tfrepro.patch(ops=True)` replaces.
+
+    Args:
+        params: The `Tensor` (or `RaggedTensor`) to gather from, of rank >= `axis + 1`, as in
+            `tf.gather`.
+        indices: An integer `Tensor` (or `RaggedTensor`) of indices into `params`' axis `axis`.
+        validate_indices: Deprecated and ignored, as in TF.
+        axis: The axis of `params` to gather along (default: `batch_dims`, which is 0 by default).
+        batch_dims: The number of leading batch dimensions, as in `tf.gather`.
+        name: A name for the operation (optional).
+
+    Returns:
+        A `Tensor` (or `RaggedTensor`) of `params`' dtype, of shape
+            `params.shape[:axis] + indices.shape[batch_dims:] + params.shape[axis + 1:]`.
+    """
     del validate_indices  # deprecated in TF, ignored there too
     batch_dims = 0 if batch_dims is None else batch_dims  # TF's op takes None for 0
     with tf.name_scope(name or "DeterministicGather"):
@@ -78,10 +100,25 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
         return _gather_axis0(params, indices)
 
 
-def embedding_lookup(params, ids, max_norm=None, name=None):
-    """``tf.nn.embedding_lookup`` with the exact gradient of ``gather``; ragged ids as TF's (the
-    lookup of their values). Partitioned params (a list of several tensors) go to TF's own lookup,
-    and so do ragged params, which TF refuses."""
+def embedding_lookup(params: tf.Tensor | list[tf.Tensor], ids: tf.Tensor | tf.RaggedTensor,
+                     max_norm: float | None = None, name: str | None = None) -> tf.Tensor | tf.RaggedTensor:
+    """Looks up `ids` in an embedding table, with a gradient that sums repeated ids order-invariantly.
+
+    A drop-in for `tf.nn.embedding_lookup`: the lookup is `gather(params, ids)`, whose gradient
+    has one exact, order-invariant sum per distinct id (see `gather`). Ragged `ids` are looked up
+    as by TF (the lookup of their values). Partitioned `params` (a list of several tensors) go to
+    TF's own lookup, and so do ragged `params`, which TF refuses.
+
+    Args:
+        params: The embedding table: a `Tensor` (or a list holding one), as in
+            `tf.nn.embedding_lookup`.
+        ids: An int32 or int64 `Tensor` (or `RaggedTensor`) of ids to look up.
+        max_norm: If not `None`, each embedding is clipped to this L2 norm, as in TF.
+        name: A name for the operation (optional).
+
+    Returns:
+        A `Tensor` (or `RaggedTensor`) of `params`' dtype and shape `ids.shape + params.shape[1:]`.
+    """
     if isinstance(params, (list, tuple)):
         if len(params) != 1:
             return _stock.embedding_lookup(params, ids, max_norm=max_norm, name=name)

@@ -26,11 +26,29 @@ def _resize_nearest_grad(dy: tf.Tensor, out: tf.Tensor, x: tf.Tensor, size: tf.T
     return tf.transpose(tf.reshape(summed, tf.stack([height, width, batch, channels])), [2, 0, 1, 3])
 
 
-def resize_nearest_neighbor(images, size, align_corners=False, half_pixel_centers=False, name=None):
-    """Nearest-neighbour resize of 4-D NHWC ``images`` (the op behind ``tf.image.resize(method=
-    "nearest")`` and ``UpSampling2D``). Forward: TF's kernel. Backprop: every input pixel receives
-    the order-invariant sum of the gradients of the output pixels that copied it; the copy map is
-    TF's own, read by resizing an image of pixel indices with the same options."""
+def resize_nearest_neighbor(images: tf.Tensor, size: tf.Tensor | list[int], align_corners: bool = False,
+                            half_pixel_centers: bool = False, name: str | None = None) -> tf.Tensor:
+    """Resizes images by nearest-neighbour interpolation, with an order-invariant backprop.
+
+    A drop-in for TF's `ResizeNearestNeighbor` op (`tf.compat.v1.image.resize_nearest_neighbor`),
+    the op behind `tf.image.resize(method="nearest")` and Keras 2's `UpSampling2D`, whose GPU
+    backprop has no deterministic kernel (it raises under op determinism from TF 2.7). The forward
+    pass is TF's kernel. In the backprop, every input pixel receives the exact, order-invariant sum
+    (`unsorted_segment_sum`) of the gradients of the output pixels that copied it; the copy map is
+    TF's own, read by resizing an image of pixel indices with the same options.
+
+    Args:
+        images: A 4-D `Tensor` of shape `[batch, height, width, channels]`, as in TF's op.
+        size: A 1-D int32 `Tensor` of 2 elements, `[new_height, new_width]`.
+        align_corners: If true, the centers of the 4 corner pixels of the input and output are
+            aligned, as in TF's op.
+        half_pixel_centers: If true, pixel centers are at half-integer coordinates, as
+            `tf.image.resize` uses it.
+        name: A name for the operation (optional).
+
+    Returns:
+        A 4-D `Tensor` of `images`' dtype and shape `[batch, new_height, new_width, channels]`.
+    """
     with tf.name_scope(name or "DeterministicResizeNearestNeighbor"):
         images = tf.convert_to_tensor(images)
         size = tf.convert_to_tensor(size, tf.int32)
@@ -116,10 +134,34 @@ def _crop_and_resize_grad(dy: tf.Tensor, out: tf.Tensor, image_in: tf.Tensor, bo
     return d_image, tf.stack(per_box, axis=1)
 
 
-def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear", extrapolation_value=0.0, name=None):
-    """``tf.image.crop_and_resize``: TF's forward kernel (deterministic); the backprop to the image is an
-    order-invariant sum over the output pixels that read each input pixel, and the backprop to the
-    boxes an order-invariant sum per box (TF's GPU kernels for both raise under determinism)."""
+def crop_and_resize(image: tf.Tensor, boxes: tf.Tensor, box_indices: tf.Tensor, crop_size: tf.Tensor | list[int],
+                    method: str = "bilinear", extrapolation_value: float = 0.0, name: str | None = None) -> tf.Tensor:
+    """Crops boxes out of images and resizes them, with an order-invariant backprop.
+
+    A drop-in for `tf.image.crop_and_resize`, whose GPU backprops (to the image and to the boxes)
+    have no deterministic kernel (they raise under op determinism from TF 2.6). The forward pass is
+    TF's kernel, deterministic. The backprop to the image is an exact, order-invariant sum over the
+    output pixels that read each input pixel, and the backprop to the boxes an order-invariant sum
+    per box, computed as TF's kernels compute them.
+
+    Args:
+        image: A 4-D `Tensor` of shape `[batch, image_height, image_width, depth]`, as in
+            `tf.image.crop_and_resize`.
+        boxes: A 2-D float32 `Tensor` of shape `[num_boxes, 4]`: `[y1, x1, y2, x2]` per box, in
+            coordinates normalized to `[0, 1]` (a value that is not a tensor becomes float32).
+        box_indices: A 1-D int32 `Tensor` of shape `[num_boxes]`: the image of each box, in
+            `[0, batch)`.
+        crop_size: A 1-D int32 `Tensor` of 2 elements, `[crop_height, crop_width]`.
+        method: `"bilinear"` (the default) or `"nearest"`.
+        extrapolation_value: The value of the output pixels that fall outside the image.
+        name: A name for the operation (optional).
+
+    Returns:
+        A float32 `Tensor` of shape `[num_boxes, crop_height, crop_width, depth]`.
+
+    Raises:
+        ValueError: `method` is neither `"bilinear"` nor `"nearest"`.
+    """
     if method not in ("bilinear", "nearest"):
         raise ValueError(f"method must be 'bilinear' or 'nearest'; got {method!r}")
     with tf.name_scope(name or "DeterministicCropAndResize"):
@@ -153,10 +195,28 @@ def _contrast_arguments(shape: tf.Tensor, factor_shape: tf.Tensor):
         lambda: tf.strings.join(["input must be at least 3-D, got shape", shape_text(shape)]))
 
 
-def adjust_contrastv2(images, contrast_factor, name=None):
-    """The kernel behind ``tf.image.adjust_contrast`` (float images; TF's GPU kernel has no
-    deterministic version and raises under op determinism): ``(x - mean) * factor + mean`` with
-    the mean over height and width per image and channel, an order-invariant sum."""
+def adjust_contrastv2(images: tf.Tensor, contrast_factor: float | tf.Tensor, name: str | None = None) -> tf.Tensor:
+    """Adjusts the contrast of float images: the kernel behind `tf.image.adjust_contrast`.
+
+    A drop-in for TF's `AdjustContrastv2` op, whose GPU kernel has no deterministic version (it
+    raises under op determinism): `(x - mean) * contrast_factor + mean`, with the mean over height
+    and width per image and channel an order-invariant sum (`reduce_sum`). float16 and bfloat16
+    images compute in float32.
+
+    Args:
+        images: A float `Tensor` of rank >= 3, `[..., height, width, channels]`.
+        contrast_factor: A float scalar.
+        name: A name for the operation (optional).
+
+    Returns:
+        The adjusted images, of `images`' dtype and shape.
+
+    Raises:
+        ValueError: Where a graph is built, for `images` of static rank below 3 or a
+            `contrast_factor` that is not a scalar.
+        tf.errors.InvalidArgumentError: When the op runs (eagerly: at the call), for the same
+            (TF's messages).
+    """
     with tf.name_scope(name or "DeterministicAdjustContrast"):
         images = tf.convert_to_tensor(images)
         factor = tf.cast(tf.convert_to_tensor(contrast_factor), images.dtype)
@@ -172,8 +232,29 @@ def adjust_contrastv2(images, contrast_factor, name=None):
         return tf.cast((wide - mean) * tf.cast(factor, wide.dtype) + mean, images.dtype)
 
 
-def adjust_contrast(images, contrast_factor):
-    """``tf.image.adjust_contrast`` computed by ``adjust_contrastv2`` (deterministic on every device)."""
+def adjust_contrast(images: tf.Tensor, contrast_factor: float | tf.Tensor) -> tf.Tensor:
+    """Adjusts the contrast of images, deterministically on every device.
+
+    A drop-in for `tf.image.adjust_contrast`: each channel of each image becomes
+    `(x - mean) * contrast_factor + mean`, its mean over height and width an order-invariant sum.
+    TF's kernel for it has no deterministic GPU version (it raises under op determinism from
+    TF 2.7), nor a gradient; this one runs on every device and has one. As in TF, images of an
+    integer dtype are converted to float32 and back, saturating.
+
+    Args:
+        images: A `Tensor` of rank >= 3, `[..., height, width, channels]`, as in
+            `tf.image.adjust_contrast`.
+        contrast_factor: A float scalar: the factor to multiply the deviations from the mean by.
+
+    Returns:
+        The contrast-adjusted images, of `images`' dtype and shape.
+
+    Raises:
+        ValueError: Where a graph is built, for `images` of static rank below 3 or a
+            `contrast_factor` that is not a scalar.
+        tf.errors.InvalidArgumentError: When the op runs (eagerly: at the call), for the same
+            (TF's messages).
+    """
     with tf.name_scope("DeterministicAdjustContrast"):
         images = tf.convert_to_tensor(images)
         adjusted = adjust_contrastv2(tf.image.convert_image_dtype(images, tf.float32), contrast_factor)

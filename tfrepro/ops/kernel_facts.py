@@ -13,10 +13,11 @@ TensorFlow version cannot run deterministically.
 TF-free: importing this module never imports TensorFlow, and ``tf_version`` defaults to the
 installed version read from package metadata.
 
->>> [fact.key for fact in ops_without_deterministic_kernel("2.9")][-1]
-'depthwise_conv_filter_backprop'
->>> "depthwise_conv_filter_backprop" in {fact.key for fact in ops_without_deterministic_kernel("2.10")}
-False
+Examples:
+    >>> [fact.key for fact in ops_without_deterministic_kernel("2.9")][-1]
+    'depthwise_conv_filter_backprop'
+    >>> "depthwise_conv_filter_backprop" in {fact.key for fact in ops_without_deterministic_kernel("2.10")}
+    False
 """
 
 from __future__ import annotations
@@ -52,7 +53,21 @@ class Span:
 
 @dataclass(frozen=True)
 class KernelFact:
-    """One op (or family of graph op types) and its GPU determinism over TensorFlow versions."""
+    """One op (or family of graph op types) and its GPU determinism over TensorFlow versions.
+
+    Attributes:
+        key: A short stable name (`"bincount"`).
+        api: What the op is in the Python API (`"tf.math.bincount"`).
+        op_types: The graph op types concerned (`("Bincount", "DenseBincount")`).
+        spans: The TF versions in which it raises or is silently nondeterministic, each a `Span`.
+        layers: The Keras layers (and other callers) that reach it.
+        fix: What to do about it.
+        source: Where the fact comes from (release notes, an issue).
+        replacement: The `tfrepro.ops` op that replaces it (a `patch(ops=[...])` name), or `None`.
+        attr: Only graph nodes whose attribute (name, values) has one of these values, or `None`.
+        xla_only: Whether it concerns only functions that XLA compiles (`jit_compile=True`).
+        backprop: Whether the op is a gradient, which a model reaches only when it trains.
+    """
 
     key: str
     api: str
@@ -67,12 +82,28 @@ class KernelFact:
     backprop: bool = False  # the op is a gradient: a model reaches it only when it trains
 
     def behaviour(self, tf_version: str | Version | None = None) -> Behaviour | None:
-        """"raises", "nondeterministic" or None (deterministic) in ``tf_version`` (default: installed)."""
+        """The op's behaviour on a GPU under op determinism in a TensorFlow version.
+
+        Args:
+            tf_version: `"2.15"`, `"2.15.1"` or `(2, 15)`; `None`: the installed TensorFlow's.
+
+        Returns:
+            `"raises"`, `"nondeterministic"`, or `None` for a deterministic kernel.
+        """
         version = resolve_version(tf_version)
         return next((span.behaviour for span in self.spans if span.covers(version)), None)
 
     def matches(self, op_type: str, attrs: Mapping[str, Any] | None = None, *, xla: bool = False) -> bool:
-        """Whether a graph node of ``op_type`` with ``attrs`` is this op (versions aside)."""
+        """Whether a graph node is this op, versions aside.
+
+        Args:
+            op_type: The node's op type (`"Bincount"`).
+            attrs: The node's attributes, by name (only those this fact's `attr` names matter).
+            xla: Whether the node is in a function that XLA compiles.
+
+        Returns:
+            Whether it is.
+        """
         if op_type not in self.op_types or (self.xla_only and not xla):
             return False
         if self.attr is not None:
@@ -194,6 +225,7 @@ FACTS: tuple[KernelFact, ...] = (
         (Span("nondeterministic", None, (2, 7)),), ("layers that scatter", "sparse optimizer updates"),
         "TF >= 2.7 (which runs them on the CPU under op determinism)", f"{_RELEASE_NOTES}, TF 2.7"),
 )
+"""The table: one `KernelFact` per op (or family of graph op types), by TensorFlow version."""
 _BY_KEY = {fact.key: fact for fact in FACTS}
 
 
@@ -224,22 +256,60 @@ def fact(key: str) -> KernelFact:
 
 
 def ops_without_deterministic_kernel(tf_version: str | Version | None = None) -> tuple[KernelFact, ...]:
-    """The ops that raise ``UnimplementedError`` on a GPU under op determinism in ``tf_version``
-    (default: the installed TensorFlow), in table order."""
+    """Lists the ops that have no deterministic GPU kernel in a TensorFlow version.
+
+    Under op determinism they raise `UnimplementedError` on a GPU.
+
+    Args:
+        tf_version: `"2.15"`, `"2.15.1"` or `(2, 15)`; `None`: the installed TensorFlow's.
+
+    Returns:
+        Their `KernelFact`s, in table order.
+
+    Raises:
+        ValueError: `tf_version` is not a version, or it is `None` and TensorFlow is not installed.
+
+    Examples:
+        >>> [fact.key for fact in ops_without_deterministic_kernel("2.9")][-1]
+        'depthwise_conv_filter_backprop'
+    """
     version = resolve_version(tf_version)
     return tuple(f for f in FACTS if f.behaviour(version) == "raises")
 
 
 def silently_nondeterministic_ops(tf_version: str | Version | None = None) -> tuple[KernelFact, ...]:
-    """The ops whose GPU kernels ``tf_version`` runs order-dependently even under op determinism."""
+    """Lists the ops whose GPU kernels a TensorFlow version runs order-dependently, even under op determinism.
+
+    Args:
+        tf_version: `"2.15"`, `"2.15.1"` or `(2, 15)`; `None`: the installed TensorFlow's.
+
+    Returns:
+        Their `KernelFact`s, in table order.
+
+    Raises:
+        ValueError: `tf_version` is not a version, or it is `None` and TensorFlow is not installed.
+    """
     version = resolve_version(tf_version)
     return tuple(f for f in FACTS if f.behaviour(version) == "nondeterministic")
 
 
 def match(op_type: str, attrs: Mapping[str, Any] | None = None, *, tf_version: str | Version | None = None,
           xla: bool = False) -> tuple[KernelFact, Behaviour] | None:
-    """The fact a graph node falls under in ``tf_version``, with its behaviour there, or None when
-    the node's op has a deterministic GPU kernel in that version."""
+    """Finds the fact a graph node falls under in a TensorFlow version.
+
+    Args:
+        op_type: The node's op type (`"Bincount"`).
+        attrs: The node's attributes, by name.
+        tf_version: `"2.15"`, `"2.15.1"` or `(2, 15)`; `None`: the installed TensorFlow's.
+        xla: Whether the node is in a function that XLA compiles.
+
+    Returns:
+        `(fact, behaviour)`, the `KernelFact` and `"raises"` or `"nondeterministic"`, or `None`
+            when the node's op has a deterministic GPU kernel in that version.
+
+    Raises:
+        ValueError: `tf_version` is not a version, or it is `None` and TensorFlow is not installed.
+    """
     version = resolve_version(tf_version)
     for candidate in FACTS:
         if candidate.matches(op_type, attrs, xla=xla):

@@ -16,11 +16,18 @@ from tfrepro.ops.image import resize_nearest_neighbor
 
 keras = _tf.keras_module()
 
+__all__ = ["Embedding", "UpSampling2D"]
+
 
 class Embedding(keras.layers.Embedding):
-    """``keras.layers.Embedding`` whose gradient sums repeated ids exactly and order-invariantly
-    (``tfrepro.ops.gather``): identical bits for any batch layout, on any device. Same arguments
-    as Keras's Embedding; LoRA, quantised or sparse configurations fall back to Keras's lookup."""
+    """Turns non-negative integers (indexes) into dense vectors, with an order-invariant gradient.
+
+    A drop-in for `keras.layers.Embedding`, with the same arguments. Its lookup is
+    `tfrepro.ops.gather`, whose gradient sums the rows of repeated ids exactly and
+    order-invariantly: identical bits for any batch layout, on any device. LoRA, quantised or
+    sparse configurations fall back to Keras's lookup. Ids of a dtype other than int32 and int64
+    are cast to int32, as Keras does.
+    """
 
     def call(self, inputs: Any) -> Any:
         if getattr(self, "lora_enabled", False) or getattr(self, "quantization_mode", None) or getattr(self, "sparse", False):
@@ -32,9 +39,14 @@ class Embedding(keras.layers.Embedding):
 
 
 class UpSampling2D(keras.layers.UpSampling2D):
-    """``keras.layers.UpSampling2D`` whose nearest-neighbour backprop is order-invariant
-    (``tfrepro.ops.resize_nearest_neighbor``; TF's GPU kernel raises under determinism). Same
-    arguments as Keras's; ``interpolation="bilinear"`` etc. use Keras's own resize."""
+    """Upsampling layer for 2D inputs, with an order-invariant backprop for nearest-neighbour interpolation.
+
+    A drop-in for `keras.layers.UpSampling2D`, with the same arguments. With
+    `interpolation="nearest"` (the default) it resizes with `tfrepro.ops.resize_nearest_neighbor`,
+    whose backprop sums the gradients of the copies of each pixel exactly and order-invariantly
+    (TF's GPU kernel for it raises under op determinism). Other interpolations
+    (`"bilinear"`, ...) use Keras's own resize.
+    """
 
     def call(self, inputs: Any) -> Any:
         if self.interpolation != "nearest":

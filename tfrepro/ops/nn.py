@@ -11,9 +11,25 @@ from tfrepro.ops._exact_sum import same_summation
 from tfrepro.ops.segment import reduce_sum
 
 
-def bias_add(value, bias, data_format=None, name=None):
-    """``tf.nn.bias_add``: the same forward op; the bias gradient is an order-invariant sum (on GPU,
-    TF's BiasAddGrad accumulates with atomics before TF 2.1 and in thread order without determinism)."""
+def bias_add(value: tf.Tensor, bias: tf.Tensor, data_format: str | None = None, name: str | None = None) -> tf.Tensor:
+    """Adds `bias` to `value`, with a bias gradient bitwise independent of the summation order.
+
+    A drop-in for `tf.nn.bias_add`. The forward op is TF's own; the gradient to `bias`, a sum over
+    every axis but the channels', is order-invariant (`reduce_sum`), where TF's `BiasAddGrad`
+    accumulates on a GPU with atomics before TF 2.1 and in thread order without op determinism.
+    The gradient to `value` is `dy` itself, as in TF.
+
+    Args:
+        value: A `Tensor` of a numeric dtype, as in `tf.nn.bias_add`.
+        bias: A 1-D `Tensor` whose size is the channels dimension of `value`; converted to
+            `value`'s dtype.
+        data_format: `None` or a format whose channels come last (`"NHWC"`, ...), or `"NC..."`
+            (`"NCHW"`, ...) for channels after the batch dimension, as in `tf.nn.bias_add`.
+        name: A name for the operation (optional).
+
+    Returns:
+        A `Tensor` of `value`'s dtype and shape.
+    """
     with tf.name_scope(name or "DeterministicBiasAdd"):
         value = tf.convert_to_tensor(value)
         bias = tf.convert_to_tensor(bias, dtype=value.dtype)
@@ -62,9 +78,32 @@ def _broadcastable(labels_shape: tf.Tensor, logits_shape: tf.Tensor):
         " labels_size=", shape_text(labels_shape)])
 
 
-def softmax_cross_entropy_with_logits(labels, logits, axis=-1, name=None):
-    """``tf.nn.softmax_cross_entropy_with_logits``: log-softmax based, order-invariant sums; the
-    gradient is ``softmax - labels`` for logits and ``-log_softmax`` for labels, as TF's."""
+def softmax_cross_entropy_with_logits(labels: tf.Tensor, logits: tf.Tensor, axis: int = -1,
+                                      name: str | None = None) -> tf.Tensor:
+    """Computes softmax cross entropy between `logits` and `labels`, with order-invariant sums.
+
+    A drop-in for `tf.nn.softmax_cross_entropy_with_logits`, computed from a numerically stable
+    log-softmax; its sum over the classes and the loss's are bitwise independent of the order of
+    the classes (`reduce_sum`): the same bits on every device and thread count, not bit-equal to
+    TF's fused kernel (which was order-dependent on a GPU before TF 2.6). The gradient is
+    `softmax - labels` for the logits and `-log_softmax` for the labels, as TF's. float16 and
+    bfloat16 inputs compute in float32.
+
+    Args:
+        labels: Probability distributions over the classes along `axis` (each row a valid
+            distribution), broadcastable to `logits`; cast to `logits`' dtype.
+        logits: Unscaled log probabilities, a float `Tensor`, as in
+            `tf.nn.softmax_cross_entropy_with_logits`.
+        axis: The class dimension (default -1, the last).
+        name: A name for the operation (optional).
+
+    Returns:
+        A `Tensor` of `logits`' dtype and shape without `axis`: the loss of each example.
+
+    Raises:
+        tf.errors.InvalidArgumentError: When the op runs (eagerly: at the call), for `labels` and
+            `logits` that do not broadcast (TF's message).
+    """
     with tf.name_scope(name or "DeterministicSoftmaxCrossEntropyWithLogits"):
         logits = tf.convert_to_tensor(logits)
         labels = tf.cast(tf.convert_to_tensor(labels), logits.dtype)
@@ -142,9 +181,35 @@ def _sparse_labels(labels: tf.Tensor, logits_shape: tf.Tensor, classes: tf.Tenso
     return shape_ok & in_range, lambda: tf.cond(shape_ok, range_message, shape_message) if shape_message else range_message()
 
 
-def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
-    """``tf.nn.sparse_softmax_cross_entropy_with_logits``: labels out of ``[0, num_classes)`` raise
-    InvalidArgumentError (as TF's CPU kernel); the gradient is ``softmax - one_hot(labels)``."""
+def sparse_softmax_cross_entropy_with_logits(labels: tf.Tensor, logits: tf.Tensor,
+                                             name: str | None = None) -> tf.Tensor:
+    """Computes sparse softmax cross entropy between `logits` and `labels`, with order-invariant sums.
+
+    A drop-in for `tf.nn.sparse_softmax_cross_entropy_with_logits`, computed from a numerically
+    stable log-softmax whose sum over the classes is bitwise independent of their order: the same
+    bits on every device and thread count, not bit-equal to TF's fused kernel (which was
+    order-dependent on a GPU before TF 2.6, and raised under op determinism in TF 2.6). The
+    gradient is `softmax - one_hot(labels)`, as TF's. float16 and bfloat16 logits compute in
+    float32. Labels outside `[0, num_classes)` raise on every device, as TF's CPU kernel does
+    (its GPU kernel returns NaN for them).
+
+    Args:
+        labels: An int32 or int64 `Tensor` of shape `logits.shape[:-1]`: the class of each
+            example, in `[0, num_classes)`.
+        logits: Unscaled log probabilities, a float `Tensor` of shape `labels.shape +
+            [num_classes]`, as in `tf.nn.sparse_softmax_cross_entropy_with_logits`.
+        name: A name for the operation (optional).
+
+    Returns:
+        A `Tensor` of `labels`' shape and `logits`' dtype: the loss of each example.
+
+    Raises:
+        TypeError: `labels` is not of an integer dtype.
+        ValueError: `logits` is a scalar, or the static shapes of `labels` and `logits` do not
+            match (rank or leading dimensions).
+        tf.errors.InvalidArgumentError: When the op runs (eagerly: at the call), for a label
+            outside `[0, num_classes)` or shapes that turn out not to match (TF's messages).
+    """
     with tf.name_scope(name or "DeterministicSparseSoftmaxCrossEntropyWithLogits"):
         logits = tf.convert_to_tensor(logits)
         labels = tf.convert_to_tensor(labels)
@@ -172,13 +237,39 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
         return forward(logits)
 
 
-def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, data_format="NHWC", is_training=True,
-                     name=None, exponential_avg_factor=1.0):
-    """``tf.compat.v1.nn.fused_batch_norm`` (Keras 2's ``BatchNormalization``). In training mode,
-    TF's op as it is (its backprop is deterministic). With ``is_training=False`` (batch norm
-    fine-tuning: frozen statistics, trainable scale and offset), TF's forward kernel, bit for bit,
-    and a backprop of sums over the batch and spatial axes (TF's fused backprop for this case has no
-    deterministic GPU kernel and raises under op determinism)."""
+def fused_batch_norm(x: tf.Tensor, scale: tf.Tensor, offset: tf.Tensor, mean: tf.Tensor | None = None,
+                     variance: tf.Tensor | None = None, epsilon: float = 0.001, data_format: str = "NHWC",
+                     is_training: bool | tf.Tensor = True, name: str | None = None,
+                     exponential_avg_factor: float = 1.0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Batch normalization, with a deterministic backprop in inference mode (batch norm fine-tuning).
+
+    A drop-in for `tf.compat.v1.nn.fused_batch_norm`, the op behind Keras 2's fused
+    `BatchNormalization`. In training mode (`is_training` true, or a tensor not known statically)
+    it is TF's op as it is: its backprop is deterministic. With `is_training=False` (frozen
+    statistics, trainable scale and offset), the forward pass is TF's kernel, bit for bit, and the
+    backprop to `scale` and `offset` sums over the batch and spatial axes order-invariantly: TF's
+    fused backprop for this case has no deterministic GPU kernel and raises under op determinism
+    (TF >= 2.7). As in TF, no gradient flows to `mean` and `variance`.
+
+    Args:
+        x: A 4-D or 5-D `Tensor` (`data_format` says which), as in `tf.compat.v1.nn.fused_batch_norm`.
+        scale: A 1-D `Tensor` of the channels' scale (gamma).
+        offset: A 1-D `Tensor` of the channels' offset (beta).
+        mean: A 1-D `Tensor` of the channels' population mean, for inference (`is_training=False`);
+            a value that is not a tensor takes `scale`'s dtype, as in TF.
+        variance: A 1-D `Tensor` of the channels' population variance, for inference.
+        epsilon: A small float added to the variance to avoid dividing by zero.
+        data_format: `"NHWC"`, `"NCHW"`, `"NDHWC"` or `"NCDHW"`.
+        is_training: Whether to normalize with the batch's statistics (TF's op) or with `mean` and
+            `variance` (the deterministic backprop).
+        name: A name for the operation (optional).
+        exponential_avg_factor: The factor of the running averages in training mode, as in TF.
+
+    Returns:
+        A tuple `(y, running_mean, running_variance)`, as TF's op returns it: the normalized
+            `x`, and the statistics (in inference mode, TF's kernel's outputs for `mean` and
+            `variance`).
+    """
     static_training = tf.get_static_value(is_training) if tf.is_tensor(is_training) else is_training
     if static_training is None or bool(static_training):
         return _stock.fused_batch_norm(x, scale, offset, mean=mean, variance=variance, epsilon=epsilon,

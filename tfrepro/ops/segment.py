@@ -151,14 +151,43 @@ def _ragged_mean(data, segment_ids, num_segments, root: bool):
     return total.with_flat_values(total.flat_values / count)
 
 
-def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
-    """``tf.math.unsorted_segment_sum``, bitwise independent of element order (see ``_exact_sum``).
+def unsorted_segment_sum(data: tf.Tensor | tf.RaggedTensor, segment_ids: tf.Tensor | tf.RaggedTensor,
+                         num_segments: int | tf.Tensor, name: str | None = None) -> tf.Tensor | tf.RaggedTensor:
+    """Computes the sums along segments of a tensor, bitwise independent of the order of the elements.
 
-    Floating dtypes (float16, bfloat16, float32, float64) go through the exact int64 accumulation;
-    integer dtypes are exact already and use TF's kernel. Gradients are deterministic (a gather).
-    Ids >= num_segments raise InvalidArgumentError on every device, with TF's CPU message; under
-    XLA they are dropped, as by TF's own op there. Ragged data (or ids) is summed as TF sums it,
-    position by position within rows, with this sum on the values.
+    A drop-in for `tf.math.unsorted_segment_sum`: `output[i]` is the sum of the slices `data[j...]`
+    whose `segment_ids[j...] == i`. The result is the same bits for every order and layout of the
+    elements, on any device, thread count or schedule: floating-point data (float16, bfloat16,
+    float32, float64; complex data part by part) is summed through an exact int64 fixed-point
+    accumulation (`tfrepro.ops._exact_sum` gives the method and its accuracy bound, which beats a
+    float32 sum's for segments of up to 2**38 elements). It is not bit-equal to TF's float sum,
+    which has no single answer, and a float32 result can be one ulp from the correctly rounded sum.
+    Integer data is exact already and goes to TF's kernel. The gradient is a gather, deterministic.
+
+    Unlike TF's GPU kernel, which drops ids `>= num_segments`, this op raises for them on every
+    device, with TF's CPU message; under XLA they are dropped, as by TF's own op there. Negative
+    ids are dropped, as in TF. Ragged `data` (or ids) is summed as TF sums it, position by
+    position within rows, with this sum on the values.
+
+    Args:
+        data: A `Tensor` or `RaggedTensor` of a real or complex numeric dtype, as in
+            `tf.math.unsorted_segment_sum`.
+        segment_ids: An integer `Tensor` (or `RaggedTensor`) whose shape is a prefix of `data`'s:
+            the segment of each slice of `data`.
+        num_segments: An integer scalar: how many segments the output has. At most `2**31 - 2`
+            (TF's op takes up to the int64 range).
+        name: A name for the operation (optional).
+
+    Returns:
+        A `Tensor` of `data`'s dtype and shape `[num_segments] + data.shape[segment_ids.ndim:]`;
+            a segment that no id names is 0.
+
+    Raises:
+        tf.errors.InvalidArgumentError: When the op runs (eagerly: at the call), for an id
+            `>= num_segments`, a `data` whose shape does not start with `segment_ids`'s shape, or a
+            `num_segments` above `2**31 - 2`.
+        ValueError: Where a graph is built, for static shapes of `data` and `segment_ids` that do
+            not match, as TF's shape function.
     """
     if _is_ragged(data, segment_ids):
         return _ragged_segments(unsorted_segment_sum, data, segment_ids, num_segments)
@@ -174,8 +203,29 @@ def _segment_counts(data: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Te
     return tf.reshape(counts, tf.concat([tf.reshape(num_segments, [1]), tf.ones([trailing], tf.int32)], 0))
 
 
-def unsorted_segment_mean(data, segment_ids, num_segments, name=None):
-    """``tf.math.unsorted_segment_mean`` (empty segments give 0), order-invariant; ragged as TF."""
+def unsorted_segment_mean(data: tf.Tensor | tf.RaggedTensor, segment_ids: tf.Tensor | tf.RaggedTensor,
+                          num_segments: int | tf.Tensor, name: str | None = None) -> tf.Tensor | tf.RaggedTensor:
+    """Computes the means along segments of a tensor, bitwise independent of the order of the elements.
+
+    A drop-in for `tf.math.unsorted_segment_mean`: each segment's sum, computed as by
+    `unsorted_segment_sum` (order-invariant, exact accumulation), divided by its number of
+    entries; a segment that no id names is 0. Ragged `data` (or ids) as in TF.
+
+    Args:
+        data: A `Tensor` or `RaggedTensor` of a real or complex numeric dtype, as in
+            `tf.math.unsorted_segment_mean`.
+        segment_ids: An integer `Tensor` (or `RaggedTensor`) whose shape is a prefix of `data`'s.
+        num_segments: An integer scalar, at most `2**31 - 2`: how many segments the output has.
+        name: A name for the operation (optional).
+
+    Returns:
+        A `Tensor` of shape `[num_segments] + data.shape[segment_ids.ndim:]`.
+
+    Raises:
+        tf.errors.InvalidArgumentError: When the op runs, as for `unsorted_segment_sum`: an id
+            `>= num_segments`, shapes that do not match, or too many segments.
+        ValueError: Where a graph is built, for static shapes that do not match.
+    """
     if _is_ragged(data, segment_ids):
         return _ragged_mean(data, segment_ids, num_segments, root=False)
     with tf.name_scope(name or "DeterministicUnsortedSegmentMean"):
@@ -184,8 +234,30 @@ def unsorted_segment_mean(data, segment_ids, num_segments, name=None):
         return total / _segment_counts(data, segment_ids, num_segments)
 
 
-def unsorted_segment_sqrt_n(data, segment_ids, num_segments, name=None):
-    """``tf.math.unsorted_segment_sqrt_n``: the sum divided by sqrt(count), order-invariant; ragged as TF."""
+def unsorted_segment_sqrt_n(data: tf.Tensor | tf.RaggedTensor, segment_ids: tf.Tensor | tf.RaggedTensor,
+                            num_segments: int | tf.Tensor, name: str | None = None) -> tf.Tensor | tf.RaggedTensor:
+    """Computes segment sums divided by the square roots of the segment sizes, order-invariantly.
+
+    A drop-in for `tf.math.unsorted_segment_sqrt_n`: each segment's sum, computed as by
+    `unsorted_segment_sum` (bitwise independent of the order of the elements), divided by
+    `sqrt(N)`, `N` its number of entries; a segment that no id names is 0. Ragged `data` (or ids)
+    as in TF.
+
+    Args:
+        data: A `Tensor` or `RaggedTensor` of a floating-point or complex dtype, as in
+            `tf.math.unsorted_segment_sqrt_n`.
+        segment_ids: An integer `Tensor` (or `RaggedTensor`) whose shape is a prefix of `data`'s.
+        num_segments: An integer scalar, at most `2**31 - 2`: how many segments the output has.
+        name: A name for the operation (optional).
+
+    Returns:
+        A `Tensor` of `data`'s dtype and shape `[num_segments] + data.shape[segment_ids.ndim:]`.
+
+    Raises:
+        tf.errors.InvalidArgumentError: When the op runs, as for `unsorted_segment_sum`: an id
+            `>= num_segments`, shapes that do not match, or too many segments.
+        ValueError: Where a graph is built, for static shapes that do not match.
+    """
     if _is_ragged(data, segment_ids):
         return _ragged_mean(data, segment_ids, num_segments, root=True)
     with tf.name_scope(name or "DeterministicUnsortedSegmentSqrtN"):
@@ -257,14 +329,58 @@ def _sorted_segments(data: tf.Tensor, segment_ids: tf.Tensor) -> tuple[tf.Tensor
     return data, segment_ids, _last_id(tf.reshape(segment_ids, [-1])) + 1
 
 
-def segment_sum(data, segment_ids, name=None):
-    """``tf.math.segment_sum`` (sorted ids; output has ``max(id) + 1`` rows), order-invariant."""
+def segment_sum(data: tf.Tensor, segment_ids: tf.Tensor, name: str | None = None) -> tf.Tensor:
+    """Computes the sums along segments of a tensor with sorted ids, bitwise independent of their order.
+
+    A drop-in for `tf.math.segment_sum`: the output has `max(segment_ids) + 1` rows, row `i` the
+    sum of the rows of `data` whose id is `i` (0 for an id that does not occur), summed as by
+    `unsorted_segment_sum`. The ids are checked on every device, with the messages of TF's CPU
+    kernel (TF's GPU kernel does not check that they are sorted).
+
+    Args:
+        data: A `Tensor` of a real or complex numeric dtype and rank >= 1, as in
+            `tf.math.segment_sum`.
+        segment_ids: A 1-D integer `Tensor` of `data.shape[0]` ids, sorted and non-negative
+            (repeats allowed).
+        name: A name for the operation (optional).
+
+    Returns:
+        A `Tensor` of `data`'s dtype and shape `[max(segment_ids) + 1] + data.shape[1:]`.
+
+    Raises:
+        tf.errors.InvalidArgumentError: When the op runs, for ids that are not increasing, a
+            negative id, or a number of ids other than `data.shape[0]` (TF's messages).
+        ValueError: Where a graph is built, for a scalar `data` or `segment_ids` of rank other
+            than 1.
+    """
     with tf.name_scope(name or "DeterministicSegmentSum"):
         return unsorted_segment_sum(*_sorted_segments(tf.convert_to_tensor(data), tf.convert_to_tensor(segment_ids)))
 
 
-def segment_mean(data, segment_ids, name=None):
-    """``tf.math.segment_mean`` (sorted ids), order-invariant."""
+def segment_mean(data: tf.Tensor, segment_ids: tf.Tensor, name: str | None = None) -> tf.Tensor:
+    """Computes the means along segments of a tensor with sorted ids, bitwise independent of their order.
+
+    A drop-in for `tf.math.segment_mean`: the output has `max(segment_ids) + 1` rows, row `i` the
+    mean of the rows of `data` whose id is `i` (0 for an id that does not occur), from sums
+    computed as by `unsorted_segment_sum`. The ids are checked on every device, as by TF's CPU
+    kernel.
+
+    Args:
+        data: A `Tensor` of a real or complex numeric dtype and rank >= 1, as in
+            `tf.math.segment_mean`.
+        segment_ids: A 1-D integer `Tensor` of `data.shape[0]` ids, sorted and non-negative
+            (repeats allowed).
+        name: A name for the operation (optional).
+
+    Returns:
+        A `Tensor` of shape `[max(segment_ids) + 1] + data.shape[1:]`.
+
+    Raises:
+        tf.errors.InvalidArgumentError: When the op runs, for ids that are not increasing, a
+            negative id, or a number of ids other than `data.shape[0]` (TF's messages).
+        ValueError: Where a graph is built, for a scalar `data` or `segment_ids` of rank other
+            than 1.
+    """
     with tf.name_scope(name or "DeterministicSegmentMean"):
         return unsorted_segment_mean(*_sorted_segments(tf.convert_to_tensor(data), tf.convert_to_tensor(segment_ids)))
 
@@ -292,8 +408,31 @@ def _reduction_axes(rank: tf.Tensor, axes: tf.Tensor):
         " dimension(s)"])
 
 
-def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
-    """``tf.reduce_sum`` with a result independent of the order of the reduced elements."""
+def reduce_sum(input_tensor: tf.Tensor, axis: int | list[int] | tf.Tensor | None = None, keepdims: bool = False,
+               name: str | None = None) -> tf.Tensor:
+    """Computes the sum of elements across dimensions of a tensor, bitwise independent of their order.
+
+    A drop-in for `tf.reduce_sum`: floating-point input (complex input part by part) is summed
+    through the exact int64 accumulation of `unsorted_segment_sum`, so the result is the same bits
+    for any layout of the input, on any device and thread count; it is not bit-equal to TF's
+    float sum. Integer input goes to TF's op, exact already. The gradient broadcasts,
+    as TF's.
+
+    Args:
+        input_tensor: The tensor to reduce, of a numeric dtype, as in `tf.reduce_sum`.
+        axis: The dimensions to reduce: `None` (all of them), an int, or a list or 1-D tensor of
+            ints in `[-rank, rank)`.
+        keepdims: If true, keeps the reduced dimensions, with length 1.
+        name: A name for the operation (optional).
+
+    Returns:
+        The reduced tensor, of the input's dtype.
+
+    Raises:
+        tf.errors.InvalidArgumentError: An axis out of range, eagerly (at the call) or when the op
+            runs.
+        ValueError: An axis that is statically out of range, where a graph is built.
+    """
     with tf.name_scope(name or "DeterministicReduceSum"):
         x = tf.convert_to_tensor(input_tensor)
         if not (x.dtype.is_floating or x.dtype.is_complex):

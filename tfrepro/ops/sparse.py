@@ -62,13 +62,41 @@ def _sparse_product(a_indices: tf.Tensor, a_shape: tf.Tensor, b_shape: tf.Tensor
     return matching & tf.logical_not(tf.reduce_any(bad_k | bad_m)), message
 
 
-def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=tf.int32, name=None, axis=None,
-             binary_output=False):
-    """``tf.math.bincount``: dense, ragged or sparse ``arr``; ``axis=None``/``0`` counts the flattened
-    input, ``axis=-1`` each row of a rank-2 input; float input is cast to int32, as TF does.
+def bincount(arr: tf.Tensor | tf.RaggedTensor | tf.SparseTensor,
+             weights: tf.Tensor | tf.RaggedTensor | tf.SparseTensor | None = None, minlength: int | None = None,
+             maxlength: int | None = None, dtype: tf.DType = tf.int32, name: str | None = None, axis: int | None = None,
+             binary_output: bool = False) -> tf.Tensor:
+    """Counts the occurrences of each value in an integer array, order-invariantly.
 
-    Negative values raise InvalidArgumentError, as TF's CPU kernel; values >= ``maxlength`` are
-    ignored. With ``weights`` the output has their dtype and sums them order-invariantly.
+    A drop-in for `tf.math.bincount`, which has no deterministic GPU kernel (it raises under op
+    determinism from TF 2.7). Counts and weighted sums are segment sums (`unsorted_segment_sum`):
+    with `weights`, each bin's sum is exact and bitwise independent of the order of the values.
+    Negative values raise on every device, as on TF's CPU kernel.
+
+    Args:
+        arr: A `Tensor`, `RaggedTensor` or `SparseTensor` of non-negative values (float input is
+            cast to int32, as TF does; a `SparseTensor`'s implicit zeros are not counted), of rank
+            2 for `axis=-1`.
+        weights: If not `None`, a tensor of `arr`'s shape (and kind): each value adds its weight to
+            its bin instead of 1.
+        minlength: If given, the output has at least this many bins (padded with zeros).
+        maxlength: If given, the output has at most this many bins; values `>= maxlength` are
+            ignored.
+        dtype: The dtype of the counts when `weights` is `None` (default `tf.int32`).
+        name: A name for the operation (optional).
+        axis: `None` or 0 to count the flattened input, -1 to count each row of a rank-2 input
+            separately.
+        binary_output: Whether to output 1 for a value that occurs, 0 otherwise, instead of its
+            count (not with `weights`).
+
+    Returns:
+        A `Tensor` of bins: `[max(arr) + 1]` (within `minlength` and `maxlength`), or
+            `[rows, bins]` with `axis=-1`; of `weights`' dtype if given, else of `dtype`.
+
+    Raises:
+        ValueError: Both `weights` and `binary_output`, or an `axis` other than `None`, 0 and -1.
+        tf.errors.InvalidArgumentError: When the op runs (eagerly: at the call), for a negative
+            value.
     """
     if weights is not None and binary_output:
         raise ValueError("Arguments `binary_output` and `weights` are mutually exclusive. Please specify only one.")
@@ -115,11 +143,34 @@ def _static_inner_dimensions(a_shape: tf.Tensor, b: tf.Tensor, adjoint_a: bool, 
                          f"{' (adjoint)' if adjoint_b else ''}")
 
 
-def sparse_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=None):
-    """``tf.sparse.sparse_dense_matmul`` for a sparse ``sp_a`` and real dtypes: each output row is an
-    order-invariant sum of its nonzeros' contributions; gradients for the sparse values and ``b``
-    likewise. float16 and bfloat16 multiply and sum in float32, as TF's kernels accumulate. A
-    dense ``sp_a`` with a sparse ``b``, complex dtypes, or dtypes that differ (TF's error) go to TF's op."""
+def sparse_dense_matmul(sp_a: tf.SparseTensor | tf.Tensor, b: tf.Tensor | tf.SparseTensor, adjoint_a: bool = False,
+                        adjoint_b: bool = False, name: str | None = None) -> tf.Tensor:
+    """Multiplies a `SparseTensor` by a dense matrix, bitwise independent of the order of the nonzeros.
+
+    A drop-in for `tf.sparse.sparse_dense_matmul`, which has no deterministic GPU kernel (it raises
+    under op determinism from TF 2.6). For a sparse `sp_a` of a real dtype, each output row is an
+    exact, order-invariant sum of its nonzeros' contributions (`unsorted_segment_sum`), and so are
+    the gradients to the sparse values and to `b`. float16 and bfloat16 multiply and sum in
+    float32, as TF's kernels accumulate. A dense `sp_a` with a sparse `b`, complex dtypes, or
+    dtypes that differ (TF's error) go to TF's op.
+
+    Args:
+        sp_a: A 2-D `SparseTensor` (or a dense `Tensor` when `b` is sparse), as in
+            `tf.sparse.sparse_dense_matmul`.
+        b: A 2-D dense `Tensor` of `sp_a`'s dtype (a value that is not a tensor is converted to
+            it), or a `SparseTensor` when `sp_a` is dense.
+        adjoint_a: Use the adjoint (conjugate transpose) of `sp_a`, as in TF.
+        adjoint_b: Use the adjoint (conjugate transpose) of `b`, as in TF.
+        name: A name for the operation (optional).
+
+    Returns:
+        A dense `Tensor` of `b`'s dtype: `op(sp_a) @ op(b)`.
+
+    Raises:
+        ValueError: Where a graph is built, for inner dimensions that are known and differ.
+        tf.errors.InvalidArgumentError: When the op runs (eagerly: at the call), for inner
+            dimensions that differ or an index of `sp_a` out of its bounds (TF's messages).
+    """
     if isinstance(sp_a, tf.SparseTensor) and not tf.is_tensor(b):
         b = tf.convert_to_tensor(b, sp_a.values.dtype)  # as TF's op converts it
     if not isinstance(sp_a, tf.SparseTensor) or sp_a.values.dtype.is_complex or b.dtype != sp_a.values.dtype:

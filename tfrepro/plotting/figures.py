@@ -35,8 +35,32 @@ def _series(trace: Trace, metric: str) -> tuple[list[int], list[float], str]:
 
 def plot_runs(traces: Sequence[str | os.PathLike], *, metric: str = "loss",
               labels: Sequence[str] | None = None) -> Figure:
-    """``metric`` over training steps for each trace, overlaid, with the first divergence of each run
-    from the first marked (a dashed line at its step). Per-batch values where the traces have them."""
+    """Plots a metric over training steps for several runs, overlaid, marking where each diverges.
+
+    Each trace is drawn as one line (the first solid, the others dashed), per batch where the traces
+    recorded batches, per epoch otherwise. Each later run's first divergence from the first run
+    (see `tfrepro.compare`) is marked by a dotted vertical line at its step, labelled. The figure is
+    built without pyplot (no global state): show it in a notebook or `figure.savefig(path)`.
+
+    Args:
+        traces: The trace files to plot (paths, as `ReproducibilityCallback(trace=...)` writes
+            them), a list of at least one; the first is the reference for the divergences. Traces
+            whose last line was cut are read up to it.
+        metric: The logged quantity to plot, e.g. `"loss"` (the default) or `"accuracy"`. Traces
+            that did not log it are left out.
+        labels: One legend label per trace, or None (the default) for the files' names.
+
+    Returns:
+        A `matplotlib.figure.Figure` with one axes.
+
+    Raises:
+        TypeError: `traces` is a single path, not a list of them.
+        ValueError: `traces` is empty, `labels` does not match it in length, or no trace logged
+            `metric`.
+        ImportError: matplotlib is missing (`pip install 'tfrepro[plot]'`).
+        FileNotFoundError: A trace file does not exist.
+        TraceError: A file is not a tfrepro trace, or is corrupt before its last line.
+    """
     if isinstance(traces, (str, os.PathLike)):
         raise TypeError("plot_runs takes a list of trace paths, e.g. plot_runs([a, b])")
     traces = list(traces)
@@ -71,8 +95,29 @@ def plot_runs(traces: Sequence[str | os.PathLike], *, metric: str = "loss",
 
 
 def plot_sweeps(*sweeps: SweepResult | Sequence[float], labels: Sequence[str] | None = None) -> Figure:
-    """The per-seed values of one or more sweeps: a box plot with every seed's value over it, and
-    each sweep's mean with its 95% confidence interval."""
+    """Plots the per-seed values of one or more sweeps side by side.
+
+    Each sweep is a box plot (quartiles) with every seed's value drawn over it, and, for two or more
+    seeds, its mean with a 95% confidence interval (Student's t). The points' horizontal jitter is
+    fixed, so the figure is reproducible too. Built without pyplot (no global state): show it in a
+    notebook or `figure.savefig(path)`.
+
+    Args:
+        *sweeps: The sweeps, each a `tfrepro.SweepResult` (its failed seeds are left out) or a
+            sequence of per-seed values; at least one.
+        labels: One label per sweep, or None (the default) for A, B, C, ...
+
+    Returns:
+        A `matplotlib.figure.Figure` with one axes, its y axis labelled with the first sweep's
+        metric.
+
+    Raises:
+        ValueError: No sweep is given, a sweep has no values or a value that is not finite, or
+            `labels` does not match the sweeps in length.
+        TypeError: A sweep is neither a `SweepResult` nor a sequence of numbers.
+        ImportError: matplotlib is missing (`pip install 'tfrepro[plot]'`), or SciPy, which the
+            confidence intervals need (`pip install 'tfrepro[sweep]'`).
+    """
     if not sweeps:
         raise ValueError("plot_sweeps needs at least one sweep")
     results = [s if isinstance(s, SweepResult) else SweepResult.of(_numbers(s)) for s in sweeps]

@@ -30,34 +30,50 @@ class ReproducibilityCallback(keras.callbacks.Callback):
     Per batch it records the epoch, batch index, and Keras's batch logs (running means over the
     epoch so far) as exact float64 bits, plus a fingerprint of every weight variable, computed
     on the device (8 bytes per variable reach the host). Any change to a single element of a
-    weight changes its fingerprint (see ``tfrepro.fingerprint``). At epoch end it records the epoch logs (validation metrics
-    included) and per-layer fingerprints; at train end the final per-variable fingerprints.
+    weight changes its fingerprint (see `tfrepro.fingerprint`). At epoch end it records the epoch
+    logs (validation metrics included) and per-layer fingerprints; at train end the final
+    per-variable fingerprints.
+
+    The first divergence from the reference is kept in `callback.divergence`. Overriding
+    `on_train_batch_end` makes Keras >= 3.6 run batch hooks synchronously;
+    `bench/callback_overhead.py` measures the cost.
 
     Args:
-        trace: path of a JSON Lines trace file to write (flushed per record), or None to keep the
-            records in memory as ``callback.records``. One trace per ``fit``: a second ``fit``
-            with the same callback rewrites it.
-        reference: an earlier trace (path or ``tfrepro.Trace``) to compare against live.
-        on_divergence: at the first record that differs from the reference, "raise"
-            ``tfrepro.DivergenceError``, "warn" and go on, or "stop" training (with a warning).
-        weights: fingerprint the weights every "batch", every "epoch" only, or every N batches.
-        gradients: also fingerprint every gradient the optimizer applies, each batch. This sees
+        trace: Path of a JSON Lines trace file to write (flushed per record), or None (the default)
+            to keep the records in memory as `callback.records`. One trace per `fit`: a second
+            `fit` with the same callback rewrites it.
+        reference: An earlier trace (path or `tfrepro.Trace`) to compare against live, or None
+            (the default) to only record. A path is read when the callback is made.
+        on_divergence: What to do at the first record that differs from the reference: `"raise"`
+            (the default) `tfrepro.DivergenceError`, `"warn"` and go on, or `"stop"` training
+            (with a warning).
+        weights: When to fingerprint the weights: every `"batch"` (the default), at each
+            `"epoch"` end only, or every N batches (a positive int).
+        gradients: Also fingerprint every gradient the optimizer applies, each batch. This sees
             a nondeterministic gradient even when the update it causes is too small to change the
-            weights' bits. It wraps ``model.optimizer.apply_gradients`` during ``fit`` (the train
-            function is rebuilt once); not supported under ``tf.distribute`` strategies.
+            weights' bits. It wraps `model.optimizer.apply_gradients` during `fit` (the train
+            function is rebuilt once); not supported under `tf.distribute` strategies. Defaults to
+            False.
 
-    The first divergence is kept in ``callback.divergence``. Overriding ``on_train_batch_end``
-    makes Keras >= 3.6 run batch hooks synchronously; ``bench/callback_overhead.py`` measures it.
+    Raises:
+        TypeError: `trace` is neither a path nor None, or `gradients` is not a bool.
+        ValueError: The folder of `trace` does not exist, or `on_divergence` or `weights` is not
+            one of the values above.
+        FileNotFoundError: `reference` is a path that does not exist.
+        TraceError: `reference` is not a tfrepro trace.
+        DivergenceError: During `fit`, with `on_divergence="raise"`, at the first divergence from
+            the reference (the trace written so far is closed first).
+        NotComparableError: During `fit`, when the model's variables differ from the reference's.
 
-    Example:
-    >>> import numpy as np, tensorflow as tf, tfrepro
-    >>> from tfrepro import ReproducibilityCallback
-    >>> model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
-    >>> model.compile(optimizer="sgd", loss="mse")
-    >>> record = ReproducibilityCallback()
-    >>> _ = model.fit(np.ones((8, 2)), np.ones((8, 1)), batch_size=4, epochs=1, verbose=0, callbacks=[record])
-    >>> [r["type"] for r in record.records]
-    ['batch', 'batch', 'epoch', 'end']
+    Examples:
+        >>> import numpy as np, tensorflow as tf, tfrepro
+        >>> from tfrepro import ReproducibilityCallback
+        >>> model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> record = ReproducibilityCallback()
+        >>> _ = model.fit(np.ones((8, 2)), np.ones((8, 1)), batch_size=4, epochs=1, verbose=0, callbacks=[record])
+        >>> [r["type"] for r in record.records]
+        ['batch', 'batch', 'epoch', 'end']
     """
 
     def __init__(

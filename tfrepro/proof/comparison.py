@@ -16,12 +16,28 @@ from tfrepro.proof.traces import PathLike, Trace, bits_float, read_trace
 
 @dataclass(frozen=True)
 class Divergence:
-    """The first point where two runs differ.
+    """The first point where two runs differ: where, what, and in which layers.
 
-    ``kind`` is the record type ("batch", "epoch", "end"), or "schedule" when the runs visited
-    different (epoch, batch) points, or "length" when one run stopped earlier. ``quantities``
-    lists what differs there (logged names, then "gradients", then "weights"); ``layers`` the
-    layers whose weights differ and ``gradient_layers`` those whose gradients differ, in model order.
+    Found by `tfrepro.compare` (in `Comparison.divergence`) and by `ReproducibilityCallback` against
+    a reference (in `callback.divergence`, and in `DivergenceError.divergence`). `str(divergence)`
+    says it in one line.
+
+    Attributes:
+        kind: The record type where the runs differ (`"batch"`, `"epoch"`, `"end"`); `"schedule"`
+            when the runs visited different (epoch, batch) points; `"length"` when one run stopped
+            earlier (identical up to there).
+        epoch: The epoch of the record, or None when the record has none.
+        batch: The batch index within the epoch, or None (an epoch or end record).
+        step: The training step (batches since the start of `fit`), or None.
+        quantities: What differs there: logged names (`"loss"` first), then `"gradients"`, then
+            `"weights"`; `("schedule",)` or `("length",)` for those kinds.
+        layers: The layers whose weights differ, in model order.
+        variables: The names of the variables whose weights (then gradients) differ.
+        loss_a: Run A's logged loss at that record (the exact float64), or None when not logged.
+        loss_b: Run B's logged loss at that record, or None.
+        detail: For `"schedule"` and `"length"`, what happened, in words; empty otherwise.
+        gradient_layers: The layers whose gradients differ, in model order (only when gradients
+            were recorded).
     """
 
     kind: str
@@ -38,16 +54,19 @@ class Divergence:
 
     @property
     def quantity(self) -> str:
+        """The first quantity that differs (usually `"loss"`), or `kind` when none is named."""
         return self.quantities[0] if self.quantities else self.kind
 
     @property
     def loss_delta(self) -> float | None:
+        """`|loss_a - loss_b|`, or None when either run logged no loss there."""
         if self.loss_a is None or self.loss_b is None:
             return None
         return abs(self.loss_a - self.loss_b)
 
     @property
     def where(self) -> str:
+        """Where the runs differ, in words: `"epoch 0, batch 3 (step 3)"`, `"end of epoch 1"`, ..."""
         if self.kind == "batch":
             return f"epoch {self.epoch}, batch {self.batch} (step {self.step})"
         if self.kind == "epoch":
@@ -162,7 +181,27 @@ def _differing(variables: Sequence[dict[str, Any]], a: list | None, b: list | No
 
 @dataclass
 class Comparison:
-    """The verdict on two traces. ``identical`` is True only for complete, comparable, equal runs."""
+    """The verdict on two traces: what `tfrepro.compare` returns.
+
+    `print(comparison)` gives the verdict, the first divergence, the notes and, when a difference
+    was to be expected, the environment differences that explain it.
+
+    Attributes:
+        a: Where trace A came from (its path), or None for a `Trace` made in memory.
+        b: Where trace B came from, or None.
+        comparable: False when the traces come from different models (see `mismatch`); then no
+            record was compared.
+        identical: True only for complete, comparable runs whose every record is equal, bit for bit.
+        divergence: The first point where the runs differ, a `Divergence`; None when they do not
+            (or are not comparable).
+        records_compared: How many records were compared, the divergent one included.
+        mismatch: How the models differ, one line each; empty when comparable.
+        environment: How the runs' environments differ, as `EnvDifference`s (see
+            `tfrepro.environment_diff`).
+        notes: What could not be compared: a trace cut by a crash, or one without its end record.
+        seeds: Each run's `tfrepro.patch` seed, read from its header (None for a run that tfrepro
+            did not seed).
+    """
 
     a: str | None
     b: str | None
@@ -202,6 +241,7 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
+        """`"identical"`, `"diverged"` or `"not comparable"`."""
         if not self.comparable:
             return "not comparable"
         return "identical" if self.identical else "diverged"
@@ -227,14 +267,28 @@ def _load(trace: Trace | PathLike) -> Trace:
 
 
 def compare(a: Trace | PathLike, b: Trace | PathLike) -> Comparison:
-    """Compare two traces (paths or ``Trace`` objects) record by record, exactly.
+    """Compares two traces record by record, exactly.
 
-    Reports the first divergence (where, what, which layers, the loss difference), the
-    environment differences and whether they explain it. A trace whose last line was cut (a crash
-    while writing) is compared up to it, and the cut is named in ``notes``. Variables are matched by
-    their place in the model, shape and dtype, not by Keras's automatic names (see ``model_mismatch``).
-    Raises OSError (FileNotFoundError, IsADirectoryError) or TraceError for a path that is missing, a
-    folder, not a trace, or corrupt before its last line.
+    Logged values are compared by their float64 bits and weights (and gradients, when recorded) by
+    their fingerprints, so any difference counts, however small. Reports the first divergence
+    (where, what, which layers, the loss difference), the environment differences and whether they
+    explain it. A trace whose last line was cut (a crash while writing) is compared up to it, and the
+    cut is named in `notes`. Variables are matched by their place in the model, shape and dtype, not
+    by Keras's automatic names, so the same model built again in another process compares.
+
+    Args:
+        a: Trace A, the reference: a path to a trace file (as `ReproducibilityCallback(trace=...)`
+            writes) or a `tfrepro.Trace`.
+        b: Trace B, the same.
+
+    Returns:
+        A `Comparison`: `identical`, `comparable`, the first `divergence`, and the environment
+        differences.
+
+    Raises:
+        FileNotFoundError: A path does not exist.
+        IsADirectoryError: A path is a folder.
+        TraceError: A file is not a tfrepro trace, or is corrupt before its last line.
     """
     ta, tb = _load(a), _load(b)
     result = Comparison(ta.path, tb.path, comparable=True, identical=False,

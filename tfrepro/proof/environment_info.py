@@ -100,11 +100,19 @@ def _tensorflow_part() -> dict[str, Any]:
 
 
 def environment() -> dict[str, Any]:
-    """Fingerprint this process: Python, OS, CPU, library versions, CUDA/cuDNN build, GPUs and
-    driver, determinism-relevant environment variables, thread pools, oneDNN, op determinism, and
-    the ``TF_CONFIG`` cluster with the collective implementation of each MultiWorkerMirroredStrategy.
+    """Fingerprints everything in this process that can change training results.
 
-    Imports TensorFlow if it is installed (call it after ``patch``). The result is plain JSON data.
+    Records Python, OS, CPU, library versions, TensorFlow's CUDA/cuDNN build, GPUs and driver, the
+    determinism-relevant environment variables (`RECORDED_VARIABLES`, by name; no others), thread
+    pools, oneDNN, op determinism, `PYTHONHASHSEED` at interpreter start, and the `TF_CONFIG`
+    cluster with the collective implementation of each `MultiWorkerMirroredStrategy`. Every trace
+    header holds one; `environment_diff` compares two.
+
+    Imports TensorFlow if it is installed: call it after `tfrepro.patch`.
+
+    Returns:
+        A dict of plain JSON data (strings, numbers, None, lists and dicts); its `"tensorflow"` key
+        is None when TensorFlow is not installed.
     """
     import numpy as np
 
@@ -172,7 +180,17 @@ _BREAKING = {
 
 @dataclass(frozen=True)
 class EnvDifference:
-    """One difference between two environment fingerprints."""
+    """One difference between two environment fingerprints, as `environment_diff` finds it.
+
+    Attributes:
+        key: The dotted path of the value that differs, e.g. `"tensorflow.version"` or
+            `"env.TF_ENABLE_ONEDNN_OPTS"`.
+        a: Its value in fingerprint A (None when A lacks it).
+        b: Its value in fingerprint B (None when B lacks it).
+        breaks_bitwise: True when this difference is known to break bitwise reproducibility;
+            False when it is informational.
+        why: Why it breaks bitwise reproducibility; empty when it is informational.
+    """
 
     key: str
     a: Any
@@ -195,10 +213,21 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def environment_diff(a: dict[str, Any], b: dict[str, Any]) -> list[EnvDifference]:
-    """Differences between two ``environment()`` fingerprints, sorted by key.
+    """Lists how two `environment()` fingerprints differ, flagging what breaks bitwise reproducibility.
 
-    ``breaks_bitwise`` marks differences known to break bitwise reproducibility (another GPU,
-    CUDA/cuDNN, TF, CPU, thread count, oneDNN, determinism switch...); the rest are informational.
+    Nested values are compared leaf by leaf. `breaks_bitwise` marks the differences known to break
+    bitwise reproducibility (another GPU, CUDA/cuDNN build, TF, Keras or NumPy version, CPU, thread
+    count, oneDNN, determinism switch, number of workers...); the rest are informational.
+
+    Args:
+        a: Fingerprint A, a dict as `tfrepro.environment()` returns (or a trace header holds).
+        b: Fingerprint B, the same.
+
+    Returns:
+        A list of `EnvDifference`s sorted by key; empty when the fingerprints are equal.
+
+    Raises:
+        TypeError: `a` or `b` is not a dict.
     """
     if not isinstance(a, dict) or not isinstance(b, dict):
         raise TypeError("environment_diff expects two dicts returned by tfrepro.environment()")

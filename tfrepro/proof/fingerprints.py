@@ -144,16 +144,30 @@ def to_hex(pair: Any) -> str:
 
 
 def fingerprint(tensor: Any) -> str:
-    """The 16-hex-digit (64-bit) fingerprint of one tensor or variable, computed eagerly.
+    """Computes the exact 64-bit fingerprint of one tensor or variable, eagerly, on its device.
 
-    Equal bits give equal fingerprints on any device; any change to a single element gives a
-    different one (see the module docstring for the guarantee and its limits).
+    Equal bits give equal fingerprints on any device, whatever the reduction order. Any change to a
+    single element, one flipped bit included, gives a different fingerprint; changes to several
+    elements go unseen only if they cancel, which is not proven impossible (see the module
+    docstring for the guarantee and its limits). Only the fingerprint leaves the device.
 
-    >>> import tensorflow as tf
-    >>> fingerprint(tf.constant([1.0, 2.0])) == fingerprint(tf.constant([1.0, 2.0]))
-    True
-    >>> fingerprint(tf.constant([1.0, 2.0])) == fingerprint(tf.constant([2.0, 1.0]))
-    False
+    Args:
+        tensor: A tensor, variable, or anything `tf.convert_to_tensor` takes (a NumPy array, a
+            list), of a float, integer or bool dtype.
+
+    Returns:
+        The fingerprint as 16 lowercase hex digits, the form traces record per variable.
+
+    Raises:
+        TypeError: The dtype cannot be fingerprinted (a string or complex tensor).
+        ImportError: TensorFlow is not installed.
+
+    Examples:
+        >>> import tensorflow as tf
+        >>> fingerprint(tf.constant([1.0, 2.0])) == fingerprint(tf.constant([1.0, 2.0]))
+        True
+        >>> fingerprint(tf.constant([1.0, 2.0])) == fingerprint(tf.constant([2.0, 1.0]))
+        False
     """
     tf = _tf.import_tf()
     return to_hex(_fingerprint(tf, tf.convert_to_tensor(tensor)).numpy())

@@ -62,6 +62,7 @@ class RunsComparison:
 
     @property
     def runs(self) -> int:
+        """The number of runs compared, run 0 included."""
         return len(self.fits_per_run)
 
     @property
@@ -82,6 +83,7 @@ class RunsComparison:
 
     @property
     def identical(self) -> bool:
+        """True when every run called `Model.fit` as often as run 0 and every fit is identical to run 0's."""
         return not self.fit_count_mismatch and all(c.identical for c in self.comparisons)
 
     @property

@@ -34,7 +34,21 @@ PathLike = str | os.PathLike
 
 
 class TraceError(ValueError):
-    """A trace file is unusable at a given line: not JSON, not a tfrepro trace, or truncated."""
+    """A trace file is unusable at a given line: not JSON, not a tfrepro trace, or truncated.
+
+    Raised by `tfrepro.read_trace` (and so by `tfrepro.compare`); its message names the file and
+    the line.
+
+    Args:
+        path: The trace file, or None when the records came from elsewhere.
+        line: The 1-based line number of the bad record.
+        message: What is wrong with that line.
+
+    Attributes:
+        path: The `path` passed in.
+        line: The `line` passed in.
+        reason: The `message` passed in, without the file and line.
+    """
 
     def __init__(self, path: PathLike | None, line: int, message: str):
         self.path, self.line, self.reason = path, line, message
@@ -101,7 +115,19 @@ class TraceWriter:
 
 @dataclass
 class Trace:
-    """A parsed trace. ``error`` holds the corruption that ended a lenient read, if any."""
+    """A parsed trace: its header and records, as `tfrepro.read_trace` returns it.
+
+    `len(trace)` is the number of records after the header, and iterating over it yields them in
+    order. The record types and their keys are described in `tfrepro.proof.traces`.
+
+    Attributes:
+        header: The header record: format and version, environment fingerprint, seed, status and
+            the model summary (`variables`, `layers`).
+        records: Every record after the header, in the order written, as dicts.
+        path: The file it was read from, as a string; None for a trace made in memory.
+        error: The `TraceError` of a cut last line that ended a lenient read
+            (`read_trace(path, strict=False)`); None when the whole file was read.
+    """
 
     header: dict[str, Any]
     records: list[dict[str, Any]] = field(default_factory=list)  # everything after the header
@@ -110,17 +136,29 @@ class Trace:
 
     @property
     def variables(self) -> list[dict[str, Any]]:
+        """The model's weight variables, in model order: dicts with `name`, `layer`, `shape` and `dtype`."""
         return self.header.get("model", {}).get("variables", [])
 
     @property
     def layers(self) -> list[str]:
+        """The names of the model's layers, in model order."""
         return self.header.get("model", {}).get("layers", [])
 
     def of_type(self, kind: str) -> list[dict[str, Any]]:
+        """The records of one type.
+
+        Args:
+            kind: The record type: `"batch"`, `"epoch"` or `"end"`.
+
+        Returns:
+            The records whose `type` is `kind`, in the order written (a list of dicts; empty when
+            there are none).
+        """
         return [r for r in self.records if r.get("type") == kind]
 
     @property
     def complete(self) -> bool:
+        """True when the run reached train end: the last record is an end record and nothing was cut."""
         return self.error is None and bool(self.records) and self.records[-1].get("type") == "end"
 
     def __len__(self) -> int:
@@ -131,11 +169,26 @@ class Trace:
 
 
 def read_trace(path: PathLike, *, strict: bool = True) -> Trace:
-    """Parse a trace file. A bad line raises TraceError naming the file and line. Records are
-    written whole and flushed, so a crash can only cut the last line: with ``strict=False`` a cut
-    last line (unparsable, or without its newline) ends the read, the records before it are
-    returned and the error is kept in ``Trace.error``. A bad line before the last is corruption and
-    always raises, as does a file that is missing, empty or not a tfrepro trace."""
+    """Reads a trace file, as `ReproducibilityCallback(trace=...)` writes it.
+
+    A trace is only ever parsed as JSON: never executed, never unpickled. Records are written whole
+    and flushed, so a crash can only cut the last line; whether that is an error is up to `strict`.
+
+    Args:
+        path: The trace file (a `str` or `os.PathLike`).
+        strict: True (the default): any bad line raises. False: a cut last line (unparsable, or
+            without its newline) ends the read, the records before it are returned and the error is
+            kept in `Trace.error`. A bad line before the last is corruption and raises either way.
+
+    Returns:
+        The `tfrepro.Trace`: its header, its records, and `error` for a lenient read of a cut file.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        IsADirectoryError: `path` is a folder (the message names traces inside it, if any).
+        TraceError: The file is empty, not a tfrepro trace or of an unsupported trace version, or a
+            line is bad (see `strict`); the message names the file and the line.
+    """
     path = Path(path)
     if path.is_dir():
         inside = sorted(str(p.relative_to(path)) for p in path.rglob("*.jsonl"))[:3]

@@ -14,22 +14,55 @@ from tfrepro.proof.traces import Trace, read_trace
 
 
 class Verification(RunsComparison):
-    """The outcome of ``verify``: each later run's fit calls compared with run 0's.
+    """The outcome of `tfrepro.verify`: each later run's `Model.fit` calls compared with run 0's.
 
-    ``identical``, ``first_failure`` (a ``Comparison``), ``comparisons``, ``fits_per_run``;
-    ``print()`` it for the verdict.
+    `print()` it for the verdict: "identical: ..." or who differs from whom, where first, and in
+    which layer, then that comparison. `identical` is the verdict; `first_failure` the first
+    `Comparison` that is not identical; `comparisons` all of them.
+
+    Attributes:
+        fits_per_run: How many times each run called `Model.fit`, run 0 first. Runs that called it a
+            different number of times have diverged.
+        fits: One `FitComparison` per later run and fit call (run k's i-th fit against run 0's),
+            in run order.
+        workers: The number of workers per run: 1 for `verify`.
+        count_mismatch: Why the workers of a run disagree on their number of fit calls; empty for
+            `verify`.
     """
 
 
 def verify(train_fn: Callable[[], Any], runs: int = 2, *, seed: int = 0, patch: bool = True,
            gradients: bool = False) -> Verification:
-    """Call ``train_fn()`` ``runs`` times and compare every ``Model.fit`` it makes, exactly.
+    """Calls `train_fn()` several times and compares every `Model.fit` it makes, exactly.
 
     Before each run the Keras session is cleared (so layer names repeat) and every RNG is reseeded
-    with ``seed``; with ``patch=True`` (default) ``tfrepro.patch(seed)`` is applied first.
-    ``train_fn`` builds, compiles and fits its model(s); nothing needs to be passed to ``fit``.
-    ``gradients=True`` also compares every applied gradient (see ``ReproducibilityCallback``).
-    In-process runs share one TF runtime: use ``tfrepro check`` for cross-process proof.
+    with `seed`; with `patch=True`, `tfrepro.patch(seed)` is applied first (and stays applied).
+    `train_fn` builds, compiles and fits its model(s); nothing needs to be passed to `fit`: every
+    `Model.fit` call is recorded as `ReproducibilityCallback` records it, to temporary files.
+    Run k's i-th fit is compared with run 0's i-th, record by record (see `tfrepro.compare`).
+
+    Limits: in-process runs share one TF runtime, thread pools and hash seed, so this proves less
+    than separate processes do; use `tfrepro check` for cross-process proof.
+
+    Args:
+        train_fn: A function of no arguments that builds, compiles and fits the model(s); its
+            return value is ignored.
+        runs: How many times to call it, an int >= 2. Defaults to 2.
+        seed: The seed for `patch` and for reseeding before each run, an int in [0, 2**32 - 1].
+            Defaults to 0.
+        patch: Whether to apply `tfrepro.patch(seed)` first. Defaults to True; False checks the
+            training as it is, with only the RNGs reseeded.
+        gradients: Also fingerprint and compare every gradient the optimizer applies, which sees a
+            nondeterministic gradient even when the update it causes is too small to change the
+            weights' bits. Defaults to False.
+
+    Returns:
+        A `tfrepro.Verification`: `identical`, and the first divergence when there is one.
+
+    Raises:
+        ValueError: `runs` is not an int >= 2, `seed` is not a valid seed, or `train_fn` never
+            called `Model.fit`.
+        TypeError: `train_fn` is not callable.
     """
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise ValueError(f"runs must be an int >= 2; got {runs!r}")

@@ -16,9 +16,21 @@ REPORTED = "metrics.json"  # in the run's trace folder
 
 
 def report_metric(name: str, value: float) -> None:
-    """Report a script's result (e.g. a final test accuracy) to ``tfrepro sweep``, which reads it
-    by ``--metric NAME``. Outside a tfrepro launcher this does nothing, so scripts may call it
-    unconditionally. The file is rewritten atomically: a crash never leaves half of it."""
+    """Reports a script's result (e.g. a final test accuracy) to `tfrepro sweep`.
+
+    `tfrepro sweep --metric NAME` reads it, in preference to the value its trace logged. Outside a
+    tfrepro launcher this does nothing, so scripts may call it unconditionally. Reporting a name
+    again replaces its value. The file is rewritten atomically: a crash never leaves half of it.
+
+    Args:
+        name: The metric's name, a non-empty string, as `--metric` names it.
+        value: Its value, anything `float()` takes; NaN and infinities are kept (and fail the
+            seed in the sweep).
+
+    Raises:
+        ValueError: `name` is not a non-empty string, or `value` is a string that is no number.
+        TypeError: `value` cannot be converted to a float.
+    """
     if not isinstance(name, str) or not name:
         raise ValueError(f"the metric name must be a non-empty string; got {name!r}")
     value = float(value)

@@ -68,17 +68,35 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def sweep(train_fn: Callable[[int], float], seeds: Iterable[int], *, metric: str = "value",
-          on_seed: Callable[[SeedRun], None] | None = None, **patch_options) -> SweepResult:
-    """Run ``train_fn(seed)`` under ``tfrepro.patched(seed, **patch_options)`` for each seed and
-    collect the float it returns. Everything the patch changed is restored after each seed. A seed
-    whose ``train_fn`` raises is recorded as failed (with the error) and the sweep goes on. The
-    patch's warnings are shown for the first seed only. One process cannot change its hash seed, so
-    set iteration order does not follow the seed here: ``tfrepro sweep`` runs each seed fresh.
+          on_seed: Callable[[SeedRun], None] | None = None, **patch_options: Any) -> SweepResult:
+    """Runs the same training once per seed, in this process, and collects each seed's metric.
 
-    >>> import numpy as np, tfrepro
-    >>> result = tfrepro.sweep(lambda seed: float(np.random.random()), seeds=range(3))
-    >>> len(result.values)
-    3
+    Each seed runs `train_fn(seed)` under `tfrepro.patched(seed, **patch_options)`, so everything
+    the patch changed is restored after it. A seed whose `train_fn` raises is recorded as failed
+    (with the error) and the sweep goes on. The patch's warnings are shown for the first seed only.
+    Limits: one process cannot change its hash seed, so the iteration order of sets of strings does
+    not follow the seed here; `tfrepro sweep` runs each seed in a fresh process.
+
+    Args:
+        train_fn: A function of the seed that trains and returns the metric, a number.
+        seeds: The seeds to run, in order, each an int in [0, 2**32 - 1] (e.g. `range(10)`).
+        metric: The metric's name, for the result and its printout. Defaults to `"value"`.
+        on_seed: Called with each seed's `SeedRun` as soon as it finishes (e.g. to show progress),
+            or None (the default).
+        **patch_options: Passed on to `tfrepro.patched`: `threads`, `onednn`, `ops`, `init`.
+
+    Returns:
+        A `tfrepro.SweepResult` of one `SeedRun` per seed, failed seeds included.
+
+    Raises:
+        TypeError: `patch_options` names an option `tfrepro.patched` does not take (before any
+            seed runs).
+
+    Examples:
+        >>> import numpy as np, tfrepro
+        >>> result = tfrepro.sweep(lambda seed: float(np.random.random()), seeds=range(3))
+        >>> len(result.values)
+        3
     """
     inspect.signature(patched).bind(0, **patch_options)  # a misspelt option fails once, here
     runs = []

@@ -42,7 +42,15 @@ def _scipy_stats():
 
 @dataclass(frozen=True)
 class SeedRun:
-    """One seed's outcome: its metric value, or why there is none (``status`` "ok" or "failed")."""
+    """One seed's outcome: its metric value, or why there is none.
+
+    Attributes:
+        seed: The seed the run was patched with.
+        value: The metric's value, or None when the seed failed.
+        status: `"ok"` or `"failed"`.
+        detail: Why the seed failed (the error, or the exit code and the end of its stderr); empty
+            when it did not.
+    """
 
     seed: int
     value: float | None
@@ -52,8 +60,19 @@ class SeedRun:
 
 @dataclass(frozen=True)
 class Summary:
-    """Mean, sample standard deviation, range and a ``confidence`` interval for the mean (Student's
-    t; None below two values) of the seeds that gave a value."""
+    """The spread of a sweep's values over the seeds that gave one: what `SweepResult.summary` returns.
+
+    Attributes:
+        n: The number of values.
+        mean: Their mean.
+        std: Their sample standard deviation (0.0 for one value).
+        min: The lowest value.
+        max: The highest value.
+        ci_low: The lower end of the Student's t `confidence` interval for the mean; None below
+            two values. Equal to the mean when every value is the same.
+        ci_high: The upper end of that interval; None below two values.
+        confidence: The interval's confidence level, e.g. 0.95.
+    """
 
     n: int
     mean: float
@@ -72,9 +91,23 @@ class Summary:
 
 @dataclass
 class SweepResult:
-    """The per-seed values of one metric (``source`` says how each was read). ``skipped``: the seeds
-    that ``run_sweep`` did not run again, their finished runs being in its folder (not saved, and
-    not part of equality)."""
+    """The per-seed values of one metric: what `tfrepro.sweep` and `tfrepro sweep` produce.
+
+    `print(result)` shows a table of the seeds and the summary; `summary()` gives the mean, spread
+    and a confidence interval; `tfrepro.compare_sweeps` says whether two results differ beyond seed
+    noise. Make one from plain values with `SweepResult.of(values)`.
+
+    Attributes:
+        metric: The name of the metric, e.g. `"val_accuracy"`.
+        runs: One `SeedRun` per seed, sorted by seed (failed seeds included).
+        source: How the values were read, e.g. `"returned by train_fn"` or `"reported by the
+            script"`.
+        skipped: The seeds that `tfrepro sweep` did not run again, their finished runs being in its
+            folder already. Not saved, and not part of equality.
+
+    Raises:
+        TypeError: An item of `runs` is not a `SeedRun` (use `SweepResult.of` for plain values).
+    """
 
     metric: str
     runs: list[SeedRun] = field(default_factory=list)
@@ -89,18 +122,46 @@ class SweepResult:
 
     @classmethod
     def of(cls, values: Iterable[float], metric: str = "value") -> SweepResult:
-        """A result from plain per-seed values (seeds 0, 1, ...)."""
+        """Makes a result from plain per-seed values.
+
+        Args:
+            values: One number per seed, for seeds 0, 1, ... in order.
+            metric: The metric's name. Defaults to `"value"`.
+
+        Returns:
+            A `SweepResult` whose every run is "ok".
+        """
         return cls(metric, [SeedRun(seed, float(value)) for seed, value in enumerate(values)])
 
     @property
     def values(self) -> np.ndarray:
+        """The values of the seeds that gave one, in seed order, as a 1-D float array."""
         return np.array([run.value for run in self.runs if run.status == "ok"], dtype=float)
 
     @property
     def failed(self) -> list[SeedRun]:
+        """The runs of the seeds that failed, in seed order."""
         return [run for run in self.runs if run.status != "ok"]
 
     def summary(self, confidence: float = 0.95) -> Summary:
+        """Summarises the values: mean, sample standard deviation, range and a confidence interval.
+
+        The interval is Student's t interval for the mean, over the seeds that gave a value; failed
+        seeds are left out.
+
+        Args:
+            confidence: The interval's confidence level, strictly between 0 and 1. Defaults to
+                0.95.
+
+        Returns:
+            A `Summary`; its interval is None when only one seed gave a value.
+
+        Raises:
+            ValueError: No seed gave a value, or `confidence` is not strictly between 0 and 1
+                (checked when two or more seeds gave a value).
+            ImportError: SciPy is missing (`pip install 'tfrepro[sweep]'`), needed for two or more
+                values that differ.
+        """
         values = self.values
         if not len(values):
             raise ValueError(f"no seed gave a value of {self.metric!r}; failed: {[run.seed for run in self.failed]}")
@@ -110,11 +171,27 @@ class SweepResult:
                        low, high, confidence)
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-serialisable data, as `sweep.json` holds it.
+
+        Returns:
+            A dict with `"metric"`, `"source"` and `"runs"` (one dict per seed: `seed`, `value`,
+            `status`, `detail`). `skipped` is not included.
+        """
         return {"metric": self.metric, "source": self.source, "runs": [asdict(run) for run in self.runs]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepResult:
-        """The inverse of ``to_dict``; ValueError for anything else."""
+        """Makes a result from what `to_dict` returned (or `sweep.json` holds).
+
+        Args:
+            data: A dict as `to_dict` returns it.
+
+        Returns:
+            The `SweepResult`.
+
+        Raises:
+            ValueError: `data` is not such a dict (a key missing, a value of the wrong type).
+        """
         try:
             runs = [SeedRun(int(run["seed"]), None if run["value"] is None else float(run["value"]),
                             str(run.get("status", "ok")), str(run.get("detail", ""))) for run in data["runs"]]
@@ -123,6 +200,12 @@ class SweepResult:
             raise ValueError(f"not a tfrepro sweep result ({type(exc).__name__}: {exc})") from exc
 
     def to_csv(self) -> str:
+        """The result as CSV text, as `sweep.csv` holds it.
+
+        Returns:
+            A header line (`seed`, the metric's name, `status`, `detail`), then one line per seed;
+            the value is empty for a failed seed, and exact (`repr`) otherwise.
+        """
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(["seed", self.metric, "status", "detail"])
@@ -131,8 +214,14 @@ class SweepResult:
         return out.getvalue()
 
     def save(self, folder: str | os.PathLike) -> None:
-        """``sweep.json`` and ``sweep.csv`` in ``folder`` (made if missing), each written atomically
-        (a reader sees an old or a whole new file; the two are written one after the other)."""
+        """Writes `sweep.json` and `sweep.csv` into a folder.
+
+        Each file is written atomically: a reader sees an old or a whole new file. The two are
+        written one after the other, not together.
+
+        Args:
+            folder: The folder (a `str` or `os.PathLike`); made, with its parents, if missing.
+        """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         write_atomically(folder / "sweep.json", json.dumps(self.to_dict(), indent=1, allow_nan=False))
@@ -154,17 +243,31 @@ spread, so nothing measures the seed noise the difference would be judged agains
 
 @dataclass(frozen=True)
 class SweepComparison:
-    """Whether sweep B's mean differs from sweep A's beyond seed noise.
+    """Whether sweep B's mean differs from sweep A's beyond seed noise: what `compare_sweeps` returns.
 
-    ``difference`` is mean(B) - mean(A); ``ci_low``/``ci_high`` its Welch t interval (unequal
-    variances, Welch-Satterthwaite degrees of freedom); ``p_value`` the Welch t-test of the same
-    statistic, so the interval excludes 0 exactly when p < 1 - confidence; ``effect_size`` Hedges' g
-    (the difference in pooled standard deviations, corrected for small samples).
+    The interval is Welch's t interval (unequal variances, Welch-Satterthwaite degrees of freedom),
+    and the p-value the Welch t-test of the same statistic, so the interval excludes 0 exactly when
+    p < 1 - confidence. `print()` it for the verdict in words.
 
-    ``distinguishable`` is True or False when seed noise could be measured, and None when it could
-    not: fewer than ``MIN_SEEDS`` seeds in an arm, or neither arm varying across its seeds (then the
-    interval, p-value and effect size are None too). Two arms that gave one and the same value in
-    every seed are identical: ``distinguishable`` is False."""
+    Attributes:
+        metric: The metric compared (A's name for it; `"value"` for plain values).
+        n_a: The number of values in A.
+        n_b: The number of values in B.
+        difference: mean(B) - mean(A).
+        ci_low: The lower end of the Welch t interval of `difference`; None when seed noise could
+            not be measured.
+        ci_high: The upper end of that interval, or None.
+        p_value: The Welch t-test's two-sided p-value, or None.
+        effect_size: Hedges' g: the difference in pooled standard deviations, corrected for small
+            samples; or None.
+        confidence: The interval's confidence level, e.g. 0.95.
+        distinguishable: True or False when seed noise could be measured; None when it could not
+            (fewer than `MIN_SEEDS` seeds in an arm, or neither arm varying across its seeds).
+            Two arms that gave one and the same value in every seed are identical: False.
+        goal: `"min"` or `"max"` when the verdict says which direction is better, else None.
+        mean_a: The mean of A.
+        mean_b: The mean of B.
+    """
 
     metric: str
     n_a: int
@@ -182,6 +285,7 @@ class SweepComparison:
 
     @property
     def verdict(self) -> str:
+        """The comparison in one sentence: distinguishable or not, in which direction, and the numbers."""
         if min(self.n_a, self.n_b) < MIN_SEEDS:
             return (f"too few seeds to tell: A has {self.n_a}, B has {self.n_b}; at least {MIN_SEEDS} per arm "
                     f"are needed to measure seed noise (difference of means {self.difference:+.4g})")
@@ -222,9 +326,7 @@ def _values(sweep: SweepResult | Iterable[float], name: str) -> np.ndarray:
 
 def compare_sweeps(a: SweepResult | Any, b: SweepResult | Any, *, confidence: float = 0.95,
                    goal: str | None = None) -> SweepComparison:
-    """Is configuration B different from A beyond seed noise? ``a`` and ``b``: ``SweepResult``s or
-    sequences of per-seed values. ``goal`` ("min" or "max") says which direction is better, for the
-    verdict.
+    """Tells whether configuration B differs from A beyond seed noise.
 
     The interval is Welch's t interval of the difference of means, whose coverage holds at the few
     seeds sweeps have: over 1,000 simulated comparisons of normal arms with unequal spreads, the
@@ -234,9 +336,28 @@ def compare_sweeps(a: SweepResult | Any, b: SweepResult | Any, *, confidence: fl
     (tens of seeds) it agrees with Welch's, so it would only add a second, worse answer. The result
     is deterministic (no resampling).
 
-    Fewer than ``MIN_SEEDS`` values in an arm, or no spread in either arm, give a verdict that says
-    so, never "distinguishable" (see ``SweepComparison``). ValueError for an empty sweep or a value
-    that is not finite."""
+    Fewer than `MIN_SEEDS` values in an arm, or no spread in either arm, give a verdict that says
+    so, never "distinguishable" (see `SweepComparison`). Failed seeds of a `SweepResult` are left
+    out.
+
+    Args:
+        a: Sweep A, the baseline: a `SweepResult` or a sequence of per-seed values.
+        b: Sweep B, the same. Two `SweepResult`s must measure the same metric.
+        confidence: The interval's confidence level, strictly between 0 and 1. Defaults to 0.95.
+        goal: Which direction is better, for the verdict: `"min"` (a loss), `"max"` (an accuracy),
+            or None (the default) to say only higher or lower.
+
+    Returns:
+        A `SweepComparison`: the difference of means, its interval, the p-value, the effect size,
+        `distinguishable`, and the verdict in words.
+
+    Raises:
+        ValueError: `goal` or `confidence` is out of range, the sweeps measure different metrics, a
+            sweep has no values, is not 1-D, or holds a value that is not finite.
+        TypeError: A sweep is neither a `SweepResult` nor a sequence of numbers.
+        ImportError: SciPy is missing (`pip install 'tfrepro[sweep]'`), needed once both arms
+            have at least `MIN_SEEDS` values and one of them varies.
+    """
     if goal not in (None, "min", "max"):
         raise ValueError(f"goal must be 'min', 'max' or None; got {goal!r}")
     _check_confidence(confidence)
