@@ -181,11 +181,14 @@ def test_contributing_names_every_module_in_its_row():
             if row is None:
                 missing.append(f"{entry.name}/")
                 continue
-            missing += [f"{entry.name}/{module.name}" for module in sorted(entry.rglob("*.py"))
-                        if module.name != "__init__.py" and "__pycache__" not in module.parts
-                        and f"`{module.name}`" not in row and f"`{module.parent.name}/`" not in row
-                        or (module.name == "__init__.py" and module.parent != entry
-                            and f"`{module.parent.name}/`" not in row)]
+            for module in sorted(entry.rglob("*.py")):
+                if "__pycache__" in module.parts:
+                    continue
+                if module.name == "__init__.py":  # a nested package is named as `exact/`
+                    if module.parent != entry and f"`{module.parent.name}/`" not in row:
+                        missing.append(f"{entry.name}/{module.parent.name}/")
+                elif f"`{module.name}`" not in row:
+                    missing.append(str(module.relative_to(ROOT)))
         elif entry.name not in rows and f"`{entry.name}`" not in ground:
             missing.append(entry.name)
     assert not missing, f"CONTRIBUTING.md's layout table does not name: {missing}"

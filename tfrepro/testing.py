@@ -32,7 +32,9 @@ def assert_reproducible(train_fn: Callable[[], Any], runs: int = 2, *, seed: int
         runs: How many times to call it, an int >= 2. Defaults to 2.
         seed: The seed for `patch` and for reseeding before each run, an int in [0, 2**32 - 1].
             Defaults to 0.
-        patch: Whether to apply `tfrepro.patch(seed)` first. Defaults to True.
+        patch: Whether to apply `tfrepro.patch(seed)` first. Defaults to True. The patch stays applied
+            after the call, as with `verify`: wrap the call in `with tfrepro.patched(seed):` to leave
+            the process as it was (for the tests that follow in the same process).
         gradients: Also compare every gradient the optimizer applies. Defaults to False.
 
     Raises:
@@ -63,6 +65,7 @@ def assert_traces_identical(a: PathLike | Trace, b: PathLike | Trace) -> Compari
     Raises:
         AssertionError: The traces are not identical; the message holds the comparison.
         FileNotFoundError: A path does not exist.
+        IsADirectoryError: A path is a folder, not a trace.
         TraceError: A file is not a tfrepro trace, or is corrupt before its last line.
     """
     comparison = compare(a, b)

@@ -396,3 +396,14 @@ def test_the_docs_list_every_refused_cell():
     section = ZOO_PAGE.read_text()
     for (pattern, capability), words in REFUSED.items():
         assert f"`{pattern}`" in section and capability in section, (pattern, capability)
+    # the matrix: a cell says "refused" exactly where this Keras refuses it
+    header = next(line for line in section.splitlines() if line.startswith("| pattern | patch |"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")][1:]
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        pattern = cells[0].strip("`")
+        if len(cells) != len(columns) + 1 or pattern not in PATTERNS:
+            continue
+        for capability, cell in zip(columns, cells[1:]):
+            refused_here = cell == "refused" or (cell == "refused on Keras 2" and KERAS2)
+            assert refused_here == ((pattern, capability) in REFUSED), (pattern, capability, cell)

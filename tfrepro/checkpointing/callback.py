@@ -28,7 +28,9 @@ class ReproCheckpoint(keras.callbacks.Callback):
 
     A drop-in for Keras's `BackupAndRestore`: its arguments mean what Keras's mean (their names
     before 0.1.0, `directory=`, `every=` and `keep=`, still work for this release and warn with a
-    `DeprecationWarning`). When `fit` starts it resumes from the newest complete checkpoint in
+    `DeprecationWarning`). Unlike `BackupAndRestore(delete_checkpoint=True)`, it keeps its
+    checkpoints when training ends: running the finished script again trains nothing (empty
+    `backup_dir` to start afresh). When `fit` starts it resumes from the newest complete checkpoint in
     `backup_dir`, if there is one, and otherwise starts afresh. It saves:
 
     - every variable of the model (Keras 3 SeedGenerator states included), the optimizer (slots,

@@ -40,7 +40,8 @@ class LoopCheckpoint:
     where the uninterrupted run ends.
 
     The counterpart of `tfrepro.ReproCheckpoint` for a `GradientTape` loop without `Model.fit`,
-    with the same arguments (Keras's `BackupAndRestore` names; their names before 0.1.0,
+    with the same argument names (Keras's `BackupAndRestore` names; `save_freq` and `max_to_keep`
+    keyword-only here, after the objects' names; their names before 0.1.0,
     `directory=`, `every=` and `keep=`, still work for this release and warn with a
     `DeprecationWarning`).
 

@@ -30,7 +30,7 @@ _ENV = {"directory": "TFREPRO_CHECKPOINT_DIR", "every": "TFREPRO_CHECKPOINT_EVER
 NOTHING_CHECKPOINTED = (
     "tfrepro run --checkpoint: nothing was checkpointed: the script never called Model.fit and made no "
     "tfrepro.LoopCheckpoint, so a rerun starts from scratch; in a custom training loop, use "
-    "tfrepro.LoopCheckpoint (README: Resume exactly). The exit code is the script's own")
+    "tfrepro.LoopCheckpoint (docs/how-to/resume.md). The exit code is the script's own")
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,8 @@ def derive_seed(seed: int, *keys: int | str) -> int:
 
     Args:
         seed: The base seed, an int in [0, 2**32 - 1].
-        *keys: What the derived seed is for, ints or strings, in order (`"worker", 3`). None: a
-            seed derived from `seed` alone.
+        *keys: What the derived seed is for, ints or strings, in order (`"worker", 3`). With no
+            keys, a seed derived from `seed` alone.
 
     Returns:
         An int in [0, 2**32 - 1], a valid seed for `tfrepro.patch`.

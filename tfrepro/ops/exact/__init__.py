@@ -2,7 +2,7 @@
 order of accumulation run exact, order-invariant versions (those below; the ones it does not cover
 are refused by name, ``refusals``), so training gives the same bits for any thread count, with
 oneDNN on or off, with XLA on or off, and on one device or several replicas with the same global
-batch (tested with 2; the README states the limits).
+batch (tested with 2; docs/explanation/exact-tier.md states the limits).
 
 - ``_fixed``: the exact fixed-point product and sum (the method and its accuracy bound), replica-
   global sums, and the FMA barrier.
