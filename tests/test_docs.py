@@ -181,7 +181,8 @@ PUBLIC_MODULES = ("tfrepro.checkpointing.callback", "tfrepro.checkpointing.loop"
                   "tfrepro.ops.kernel_facts", "tfrepro.plotting.figures", "tfrepro.proof.callback",
                   "tfrepro.proof.comparison", "tfrepro.proof.environment_info", "tfrepro.proof.fingerprints",
                   "tfrepro.proof.traces", "tfrepro.proof.verification", "tfrepro.sweeps.metrics",
-                  "tfrepro.sweeps.running", "tfrepro.sweeps.statistics", "tfrepro.testing")
+                  "tfrepro.sweeps.running", "tfrepro.sweeps.statistics", "tfrepro.testing",
+                  "tfrepro.tuning.keras_tuning", "tfrepro.tuning.racing", "tfrepro.tuning.script_tuning")
 
 
 def test_the_doctest_list_holds_every_module_with_a_public_name(keras):

@@ -20,7 +20,7 @@ import pytest
 
 import tfrepro
 
-NAMESPACES = ("tfrepro", "tfrepro.ops", "tfrepro.data", "tfrepro.testing", "tfrepro.layers")
+NAMESPACES = ("tfrepro", "tfrepro.ops", "tfrepro.data", "tfrepro.testing", "tfrepro.layers", "tfrepro.tuning")
 # Names that are data or modules, not functions or classes.
 NOT_DOCUMENTED_HERE = {"__version__"}
 

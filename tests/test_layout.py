@@ -25,6 +25,7 @@ FLOORS = [
     {"proof", "data"},
     {"testing", "launching"},
     {"examples", "sweeps", "diagnosis", "checkpointing"},
+    {"tuning"},
     {"plotting"},
     {"cli"},
     {"__init__", "__main__"},

@@ -184,10 +184,12 @@ def _public_names() -> dict[str, set[str]]:
     import tfrepro.data
     import tfrepro.ops
     import tfrepro.testing
+    import tfrepro.tuning
 
-    spaces = {"tfrepro": (tfrepro, set(tfrepro.__all__) - {"__version__", "data", "ops", "layers", "testing"}),
+    spaces = {"tfrepro": (tfrepro, set(tfrepro.__all__) - {"__version__", "data", "ops", "layers", "testing", "tuning"}),
               "tfrepro.ops": (tfrepro.ops, set(tfrepro.ops.__all__)),
               "tfrepro.data": (tfrepro.data, set(tfrepro.data.__all__)),
+              "tfrepro.tuning": (tfrepro.tuning, set(tfrepro.tuning.__all__)),
               "tfrepro.testing": (tfrepro.testing, {n for n in vars(tfrepro.testing) if n.startswith("assert_")})}
     objects = {name: getattr(module, name) for module, names in spaces.values() for name in names}
     annotations = " ".join(str(inspect.signature(obj).return_annotation) if inspect.isfunction(obj)

@@ -11,7 +11,8 @@ without deterministic GPU kernels, Keras drop-ins), ``determinism`` (patch, swit
 status), ``proof`` (fingerprints, traces, the callback, comparisons, verify) and ``data``
 (``map_with_seed``), ``launching`` (``tfrepro run``/``check``), ``examples``, ``sweeps`` (seed sweeps
 and their statistics), ``diagnosis`` (``diagnose``, ``tfrepro doctor``) and ``checkpointing``
-(``ReproCheckpoint``, ``LoopCheckpoint``, ``tfrepro run --checkpoint``), ``plotting``, ``cli``;
+(``ReproCheckpoint``, ``LoopCheckpoint``, ``tfrepro run --checkpoint``), ``tuning`` (races over
+seeds, KerasTuner searches), ``plotting``, ``cli``;
 ``testing`` sits on ``proof``.
 """
 
@@ -67,6 +68,7 @@ __all__ = [
     "patched",
     "plot_runs",
     "plot_sweeps",
+    "plot_tuning",
     "read_trace",
     "report_metric",
     "rng_state",
@@ -75,6 +77,7 @@ __all__ = [
     "status",
     "sweep",
     "testing",
+    "tuning",
     "unpatch",
     "verify",
 ]
@@ -114,13 +117,14 @@ _LAZY = {
     "report_metric": "tfrepro.sweeps.metrics",
     "plot_runs": "tfrepro.plotting.figures",
     "plot_sweeps": "tfrepro.plotting.figures",
+    "plot_tuning": "tfrepro.plotting.figures",
 }
 
 
 def __getattr__(name: str) -> Any:
     """The ``_LAZY`` names, imported on first use, never at ``import tfrepro``."""
-    if name == "data":  # the subpackage, free to import (its functions import TensorFlow)
-        return importlib.import_module("tfrepro.data")
+    if name in ("data", "tuning"):  # subpackages, free to import (their functions import TensorFlow)
+        return importlib.import_module(f"tfrepro.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tfrepro' has no attribute {name!r}")

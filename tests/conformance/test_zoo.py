@@ -12,8 +12,9 @@ Columns (capabilities) and what a supported cell demands:
 - ``resume``: under ``tfrepro run --checkpoint``, a run killed with SIGKILL and started again ends
   on the uninterrupted run's bits;
 - ``seed``: seed S means one computation: ``tfrepro run --seed S``, each run of
-  ``tfrepro check --seed S``, seed S of ``tfrepro sweep``, ``tfrepro doctor --continue --seed S``,
-  ``tfrepro run --checkpoint`` and ``tfrepro.patch(S)`` as the first line give the same weights
+  ``tfrepro check --seed S``, seed S of ``tfrepro sweep`` and of ``tfrepro tune``, ``tfrepro
+  doctor --continue --seed S``, ``tfrepro run --checkpoint`` and ``tfrepro.patch(S)`` as the first
+  line give the same weights
   and leave Python's, NumPy's and TensorFlow's RNGs in the same state (``run --checkpoint`` is
   compared with ``run`` on the patterns it does not refuse, since a refusal stops the script);
 - ``keyed``: under ``tfrepro.patch(S, init="keyed")`` (keyed initial weights, and ``fit``'s keyed
@@ -160,6 +161,10 @@ def _entry_point(folder: Path, entry: str, planted: str = "0", skip: str = "") -
     elif entry == "sweep":
         proc = _tfrepro(folder, "sweep", "--seeds", str(SEED), "--metric", "zoo_loss", "--out", str(folder / "out"),
                         *_python("all"), env=env)
+    elif entry == "tune":  # one configuration raced over seeds S and S + 1: its first fit is seed S
+        proc = _tfrepro(folder, "tune", "--param", "zoo=1", "--budget", "2", "--min-seeds", "2", "--max-seeds", "2",
+                        "--seeds", f"{SEED},{SEED + 1}", "--metric", "zoo_loss", "--goal", "min", "--out",
+                        str(folder / "out"), *_python("all"), env=env)
     elif entry == "doctor":
         proc = _tfrepro(folder, "doctor", "--continue", *seed, "--out", str(folder / "out"), *_python("all"), env=env)
     elif entry == "doctor_every_fit":  # the planted culprit in every pattern, each pattern's fit diagnosed
@@ -234,7 +239,7 @@ def _resume(folder: Path, pattern: str) -> dict:
 
 _JOBS = {"entry": _entry_point, "check_alone": _check_alone, "doctor": _doctor, "resume": _resume,
          "workers": _workers}
-_ENTRIES = ("run", "check", "sweep", "doctor", "checkpoint", "inscript")
+_ENTRIES = ("run", "check", "sweep", "tune", "doctor", "checkpoint", "inscript")
 
 
 def _jobs_for(capability: str, pattern: str) -> list[tuple[str, ...]]:

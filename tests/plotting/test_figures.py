@@ -26,3 +26,14 @@ def test_plot_sweeps_draws_one_distribution_per_sweep():
     figure = tfrepro.plot_sweeps([0.91, 0.93, 0.92], [0.95, 0.94, 0.96], labels=["lr 1e-3", "lr 3e-3"])
     labels = [label.get_text() for label in figure.axes[0].get_xticklabels()]
     assert any("lr 1e-3" in text for text in labels) and any("lr 3e-3" in text for text in labels)
+
+
+def test_plot_tuning_draws_every_configuration_with_its_standing():
+    result = tfrepro.tuning.race(lambda lr, seed: {0.1: 0.5, 0.01: 0.9, 0.001: 0.9}[lr] + (seed % 3) / 1000,
+                                 [0.1, 0.01, 0.001], budget=12, metric="val_accuracy")
+    figure = tfrepro.plot_tuning(result)
+    labels = [label.get_text() for label in figure.axes[0].get_yticklabels()]
+    assert len(labels) == 3 and any("best" in text for text in labels) and any("worse" in text for text in labels)
+    assert "val_accuracy (higher is better)" in figure.axes[0].get_xlabel()
+    with pytest.raises(TypeError, match="takes a tfrepro.tuning.TuningResult"):
+        tfrepro.plot_tuning([0.9, 0.8])

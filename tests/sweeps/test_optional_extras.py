@@ -1,5 +1,5 @@
-"""The optional extras: without matplotlib the figures, and without SciPy the seed statistics, raise
-an ImportError that names the extra to install. A missing package is simulated by a None in
+"""The optional extras: without matplotlib the figures, without SciPy the seed statistics, and
+without KerasTuner the tuner search, raise an ImportError that names the extra to install. A missing package is simulated by a None in
 ``sys.modules``, which makes importing it (or any of its submodules) fail."""
 
 import sys
@@ -34,3 +34,10 @@ def test_the_seed_statistics_name_the_sweep_extra_when_scipy_is_missing(monkeypa
     # What needs no SciPy still answers: arms without spread, a single value.
     assert tfrepro.compare_sweeps([0.5, 0.5], [0.5, 0.5]).distinguishable is False
     assert SweepResult.of([0.5]).summary().ci_low is None
+
+
+def test_the_keras_tuner_search_names_the_tuner_extra_when_keras_tuner_is_missing(monkeypatch):
+    make_missing(monkeypatch, "keras_tuner")
+    with pytest.raises(ImportError, match=r"pip install 'tfrepro\[tuner\]'"):
+        tfrepro.tuning.RacingSearch(object(), budget=4)
+    assert tfrepro.tuning.race(lambda config, seed: 1.0, [0], budget=2).best.config == 0  # needs no KerasTuner

@@ -90,6 +90,12 @@ def _add_launch_options(parser: argparse.ArgumentParser, seed: bool = True) -> N
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py [args...]")
 
 
+def _add_results_options(parser: argparse.ArgumentParser, figure: str) -> None:
+    parser.add_argument("--out", default=None, help="results folder (default: a new temporary folder, kept; its path "
+                                                    "is printed)")
+    parser.add_argument("--plot", metavar="PNG", help=f"also draw {figure} to this image")
+
+
 def _command(args: argparse.Namespace) -> list[str]:
     command = list(args.command)
     command = command[1:] if command[:1] == ["--"] else command
@@ -391,6 +397,50 @@ def _report_sweep(result: Any, out: Path | None, plot: str | None) -> int:
     return ExitCode.USAGE if result.failed else ExitCode.OK
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from tfrepro.cli import rendering
+    from tfrepro.sweeps.running import MAX_SEEDS, parse_seeds
+    from tfrepro.tuning.script_tuning import parse_params, rerun_command, tune_script
+
+    configs = parse_params(args.param or [])
+    if args.budget is None or args.budget < 1:
+        raise LaunchError(f"--budget must be a number of fits >= 1 (e.g. {2 * len(configs) + 8} for two seeds each "
+                          f"of the {len(configs)} configurations and 8 to race); got {args.budget}")
+    goal = args.goal or ("min" if "loss" in args.metric else None)
+    if goal is None:
+        raise LaunchError(f"say which way {args.metric} is better: --goal max (accuracy) or --goal min (loss)")
+    max_seeds = 10 if args.max_seeds is None else args.max_seeds
+    min_seeds = 3 if args.min_seeds is None else args.min_seeds
+    if not 2 <= min_seeds <= max_seeds <= MAX_SEEDS:
+        raise LaunchError(f"--min-seeds must be at least 2 and at most --max-seeds, and --max-seeds at most {MAX_SEEDS}; "
+                          f"got --min-seeds {min_seeds}, --max-seeds {max_seeds}")
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else list(range(max_seeds))
+    if len(seeds) < max_seeds:
+        raise LaunchError(f"--seeds must hold at least --max-seeds seeds; got {len(seeds)} seeds for --max-seeds "
+                          f"{max_seeds}")
+    _check_plot_path(args.plot)
+    command = _command(args)
+    bootstrap_command(command)
+    config = LaunchConfig(threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init)
+    out = _out_dir(args.out, "tfrepro-tune-")
+    result = rendering.with_progress(f"tfrepro tune: {len(configs)} configurations", args.budget, lambda on_run: tune_script(
+        command, configs, config=config, out=out, metric=args.metric, goal=goal, budget=args.budget, best=args.best,
+        seeds=seeds, min_seeds=min_seeds, max_seeds=max_seeds, on_run=lambda candidate, seed: on_run(seed)))
+    print(result)
+    if result.best is not None:
+        seed = next(iter(result.best.scores))
+        print(f"rerun the best ({result.best.name}, seed {seed}): {rerun_command(command, result.best, seed, config)}")
+    print(f"results (tuning.json) and each fit's logs and traces: {out}")
+    if args.plot:
+        from tfrepro.plotting.figures import plot_tuning
+
+        _save_figure(lambda: plot_tuning(result), args.plot)
+    failed = [c for c in result.candidates if c.status == "failed"]
+    for candidate in failed:
+        print(f"{candidate.name} failed: {candidate.detail}", file=sys.stderr)
+    return ExitCode.USAGE if failed or result.best is None else ExitCode.OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfrepro", description="Reproducible TensorFlow/Keras training.")
     parser.add_argument("--version", action="version", version=f"tfrepro {__version__}")
@@ -473,9 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--shard", default=None, metavar="K/N", help="run only every N-th seed from the K-th (0-based), "
                                                                    "for a job array; give each shard its own --out "
                                                                    "and merge them after")
-    sweep.add_argument("--out", default=None, help="results folder (default: a new temporary folder, kept; its path "
-                                                   "is printed)")
-    sweep.add_argument("--plot", metavar="PNG", help="also draw the seeds' distribution to this image")
+    _add_results_options(sweep, "the seeds' distribution")
     _add_launch_options(sweep, seed=False)
     sweep.set_defaults(func=cmd_sweep, parser=sweep)
 
@@ -488,6 +536,35 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--out", default=None, help="write the merged sweep.json and sweep.csv here")
     merge.add_argument("--plot", metavar="PNG", help="also draw the seeds' distribution to this image")
     merge.set_defaults(func=cmd_sweep_merge, parser=merge)
+
+    tune = sub.add_parser("tune", help="race a script's hyperparameters over seeds, within a budget of fits",
+                          description="Race every combination of the --param values over seeds: each fit runs the "
+                                      "script in a fresh interpreter as `tfrepro sweep` runs a seed, with the "
+                                      "combination in TFREPRO_HYPERPARAMETERS (the script reads it with "
+                                      "tfrepro.tuning.hyperparameters(**defaults)). Every combination gets three "
+                                      "seeds; those still in the race get further seeds in turn, and one worse "
+                                      "than the leader beyond seed noise is dropped, until one is left or "
+                                      "--budget is spent. Prints "
+                                      "the table, which combinations are better than which (Welch, Holm-adjusted) "
+                                      "and the command that reruns the best. Results go to --out as tuning.json; "
+                                      "rerun with the same --out and finished fits are read, not run again. Exit 0 "
+                                      "with a best and no failed combination, 2 otherwise or on bad input.")
+    tune.add_argument("--param", action="append", metavar="NAME=V1,V2,...",
+                      help="a hyperparameter and its values (repeat for each; the grid is every combination)")
+    tune.add_argument("--budget", type=int, default=None, help="the most fits to run (required)")
+    tune.add_argument("--metric", default="loss", help="the metric to read, as tfrepro sweep reads it (default loss)")
+    tune.add_argument("--goal", choices=["min", "max"], default=None,
+                      help="which way the metric is better (default min for a metric named like a loss)")
+    tune.add_argument("--best", choices=["min", "max"], default=None,
+                      help="read the lowest/highest epoch value instead of the final one")
+    tune.add_argument("--min-seeds", type=int, default=None,
+                      help="seeds every combination gets before any is judged (default 3; 2 claims falsely more often)")
+    tune.add_argument("--max-seeds", type=int, default=None, help="the most seeds one combination gets (default 10)")
+    tune.add_argument("--seeds", default=None, help="the seeds every combination runs, in increasing order (default 0 "
+                                                    "to --max-seeds - 1)")
+    _add_results_options(tune, "the race")
+    _add_launch_options(tune, seed=False)
+    tune.set_defaults(func=cmd_tune, parser=tune)
 
     doctor = sub.add_parser("doctor", help="find the layer or op that makes runs differ (static scan and bisection)",
                             description="Run an unmodified script as `tfrepro run` does and, at its first Model.fit, "

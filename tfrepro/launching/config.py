@@ -62,6 +62,13 @@ class LaunchConfig:
         """``ops`` as ``patch(ops=...)`` takes it: "auto", True ("all") or False ("none")."""
         return OPS_CHOICES[self.ops]
 
+    def cli_options(self) -> list[str]:
+        """The `tfrepro run` options that launch with this configuration (the seed aside)."""
+        options = [] if self.threads is None else ["--threads", str(self.threads)]
+        options += [] if self.onednn is None else ["--onednn", "on" if self.onednn else "off"]
+        options += {"auto": [], "all": ["--ops"], "exact": ["--ops", "exact"], "none": ["--no-ops"]}[self.ops]
+        return options + ([] if self.init == "order" else ["--init", self.init])
+
     def to_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The child's environment: ``base`` (default ``os.environ``) with the protocol variables
         replaced, plus what must be set before the interpreter starts (``PYTHONHASHSEED``, the

@@ -1,4 +1,4 @@
-"""The figures: ``plot_runs`` and ``plot_sweeps``."""
+"""The figures: ``plot_runs``, ``plot_sweeps`` and ``plot_tuning``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 from tfrepro.proof.comparison import compare
 from tfrepro.proof.traces import Trace, bits_float, read_trace
 from tfrepro.sweeps.statistics import SweepResult, mean_interval
+from tfrepro.tuning.racing import TuningResult
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -144,6 +145,55 @@ def plot_sweeps(*sweeps: SweepResult | Sequence[float], labels: Sequence[str] | 
     axes.set_ylabel(metric)
     axes.set_title(f"{metric} over seeds")
     axes.set_xlabel("box: quartiles; dots: seeds; diamond: mean with 95% CI", fontsize=8)
+    return figure
+
+
+_STANDING_COLOURS = {"best": "tab:green", "tied": "tab:blue", "worse": "tab:red", "eliminated": "tab:orange",
+                     "unmeasured": "tab:gray"}
+
+
+def plot_tuning(result: TuningResult) -> Figure:
+    """Plots a race: each configuration's per-seed scores, its mean and interval, and its standing.
+
+    One row per measured configuration, best first: a dot per seed, the mean with its Student's t
+    interval at the result's confidence, coloured by standing (best, tied with it, worse beyond
+    seed noise, eliminated, unmeasured). A dotted line marks the best mean. Built without pyplot.
+
+    Args:
+        result: A `tfrepro.tuning.TuningResult` (from `race` or `RacingSearch.search`).
+
+    Returns:
+        A `matplotlib.figure.Figure` with one axes; the configurations are its y tick labels.
+
+    Raises:
+        ValueError: No configuration has a score (all failed).
+        TypeError: `result` is not a `TuningResult`.
+        ImportError: matplotlib is missing (`pip install 'tfrepro[plot]'`), or SciPy
+            (`pip install 'tfrepro[sweep]'`).
+    """
+    if not isinstance(result, TuningResult):
+        raise TypeError(f"plot_tuning takes a tfrepro.tuning.TuningResult; got {type(result).__name__}")
+    rows = [c for c in result.ranking if c.scores and c.status != "failed"]
+    if not rows:
+        raise ValueError("no configuration has a score to plot (did every one fail?)")
+    figure = _new_figure(8, 1.2 + 0.45 * len(rows))
+    axes = figure.subplots()
+    jitter = np.random.default_rng(0)  # a fixed spread: the figure is reproducible too
+    for row, candidate in enumerate(reversed(rows)):
+        colour = _STANDING_COLOURS.get(candidate.status, "black")
+        values = candidate.values
+        axes.scatter(values, row + jitter.uniform(-0.12, 0.12, len(values)), s=12, alpha=0.6, color=colour)
+        interval = candidate.interval(result.confidence)
+        if interval is not None:
+            axes.errorbar(candidate.mean, row, xerr=[[candidate.mean - interval[0]], [interval[1] - candidate.mean]],
+                          fmt="D", color=colour, markersize=5, capsize=3)
+    if result.best is not None:
+        axes.axvline(result.best.mean, color="tab:green", linestyle=":", linewidth=1)
+    axes.set_yticks(range(len(rows)), [f"{c.name} ({len(c.scores)} seeds) {c.status}" for c in reversed(rows)],
+                    fontsize=8)
+    axes.set_xlabel(f"{result.metric} ({'higher' if result.goal == 'max' else 'lower'} is better); "
+                    f"dots: seeds; diamond: mean with {result.confidence:.0%} CI")
+    axes.set_title(f"{len(rows)} configurations over seeds: {result.spent} fits")
     return figure
 
 

@@ -115,19 +115,19 @@ def sweep(train_fn: Callable[[int], float], seeds: Iterable[int], *, metric: str
     return SweepResult(metric, runs, "returned by train_fn")
 
 
-def _seed_run(argv: list[str], config: LaunchConfig, folder: Path, seed: int, metric: str,
-              best: str | None) -> tuple[SeedRun, str, bool]:
+def seed_run(argv: list[str], config: LaunchConfig, folder: Path, seed: int, metric: str,
+             best: str | None, extra_env: dict[str, str] | None = None) -> tuple[SeedRun, str, bool]:
     """Run one seed in a fresh interpreter, unless its folder holds a finished run of the same
-    command and configuration, and read its metric. Returns the run, where its metric came from,
-    and whether the finished run was reused (not run again)."""
+    command, configuration and ``extra_env``, and read its metric. Returns the run, where its
+    metric came from, and whether the finished run was reused (not run again)."""
     done = folder / _DONE
     config = dataclasses.replace(config, seed=seed)
-    what_ran = {"command": argv, "config": config.to_env()}
+    what_ran = {"command": argv, "config": {**config.to_env(), **(extra_env or {})}}
     reused = done.exists() and json.loads(done.read_text()) == what_ran
     if not reused:
         for stale in (done, folder / REPORTED):
             stale.unlink(missing_ok=True)
-        outcome = run_once(argv, config, folder, seed)
+        outcome = run_once(argv, config, folder, seed, extra_env=extra_env)
         if outcome.returncode != 0:
             tail = outcome.stderr_tail(3).replace("\n", " | ")
             return SeedRun(seed, None, "failed", f"exit code {outcome.returncode}: {tail}"), "", False
@@ -164,7 +164,7 @@ def run_sweep(command: Sequence[str], seeds: Sequence[int], *, config: LaunchCon
     out.mkdir(parents=True, exist_ok=True)
 
     def one(seed: int) -> tuple[SeedRun, str, bool]:
-        outcome = _seed_run(argv, config, out / f"seed-{seed}", seed, metric, best)
+        outcome = seed_run(argv, config, out / f"seed-{seed}", seed, metric, best)
         if on_run is not None:
             on_run(outcome[0])
         return outcome

@@ -373,13 +373,14 @@ def compare_sweeps(a: SweepResult | Any, b: SweepResult | Any, *, confidence: fl
         return SweepComparison(metric, n_a, n_b, difference, **unmeasured, confidence=confidence,
                                distinguishable=None, goal=goal, mean_a=mean_a, mean_b=mean_b)
     var_a, var_b = float(np.var(values_a, ddof=1)), float(np.var(values_b, ddof=1))
-    if np.ptp(values_a) == 0 and np.ptp(values_b) == 0:
+    share_a, share_b = var_a / n_a, var_b / n_b
+    spread = share_a**2 / (n_a - 1) + share_b**2 / (n_b - 1)
+    if spread == 0:  # no spread in either arm (or one too small to square in floating point)
         return SweepComparison(metric, n_a, n_b, difference, **unmeasured, confidence=confidence,
                                distinguishable=None if difference else False, goal=goal, mean_a=mean_a, mean_b=mean_b)
     stats = _scipy_stats()
-    share_a, share_b = var_a / n_a, var_b / n_b
     error = math.sqrt(share_a + share_b)
-    freedom = (share_a + share_b) ** 2 / (share_a**2 / (n_a - 1) + share_b**2 / (n_b - 1))  # Welch-Satterthwaite
+    freedom = (share_a + share_b) ** 2 / spread  # Welch-Satterthwaite
     half = float(stats.t.ppf(0.5 + confidence / 2, freedom)) * error
     p_value = float(2 * stats.t.sf(abs(difference) / error, freedom))
     pooled = math.sqrt(((n_a - 1) * var_a + (n_b - 1) * var_b) / (n_a + n_b - 2))
