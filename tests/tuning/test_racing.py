@@ -155,3 +155,30 @@ def test_bad_arguments_are_refused_with_what_to_do(kwargs, message):
         race(lambda config, seed: 0.0, [0, 1], **kwargs)
     with pytest.raises(ValueError, match="at least one configuration"):
         race(lambda config, seed: 0.0, [], budget=1)
+
+
+def test_no_claim_puts_a_dropped_configuration_ahead_of_the_best():
+    """A leader that sinks after the others were dropped: the one dropped comes back, and the best
+    is the best mean, so no claim contradicts it."""
+    sinking = {0: 1.00, 1: 1.03, 2: 1.01, 3: 0.0, 4: 0.1, 5: 0.05, 6: 0.02, 7: 0.08, 8: 0.03, 9: 0.04}
+    scores = {"a": sinking, "b": {s: v - 0.001 for s, v in sinking.items()},
+              "c": {s: 0.905 + (s % 3) / 1000 for s in range(10)}}
+    result = race(lambda config, seed: scores[config][seed], ["a", "b", "c"], budget=30)
+    assert result.best.config == "c"
+    assert all(claim.better == result.best.name or claim.worse != result.best.name for claim in result.claims)
+    assert not any(claim.worse == result.best.name for claim in result.claims)
+
+
+def test_a_failed_configuration_says_what_it_scored_before_and_ranks_last():
+    def score(config, seed):
+        if config == "fragile" and seed == 3:
+            raise FloatingPointError("loss is nan")
+        return 0.9 + ((seed + (config == "steady")) % 2) / 100  # close: neither is dropped by seed 3
+
+    result = race(score, ["fragile", "steady"], budget=12)
+    fragile = result.candidate("c0")
+    assert fragile.status == "failed" and "FloatingPointError: loss is nan" in fragile.detail
+    assert "its 3 earlier seeds averaged 0.903333" in fragile.detail
+    assert result.ranking[-1] is fragile and result.best.config == "steady"
+    known = race(lambda config, seed: 0.5, ["x", "y"], budget=4, known={0: {0: float("nan")}})
+    assert known.candidate("c0").status == "failed" and "score is nan" in known.candidate("c0").detail
