@@ -5,11 +5,12 @@ means the same data order and draws for every configuration that shares the mode
 ``min_seeds`` each, the race repeats two steps until the budget is spent (a race in the sense of
 Maron and Moore's Hoeffding races and Birattari's F-race, with Welch's t-test):
 
-1. **Eliminate.** The leader is the configuration with the best mean. Any other is dropped once
+1. **Eliminate.** The leader is the configuration with the best mean. Any other is dropped while
    Welch's t-test says it is worse than the leader beyond seed noise, at the race's confidence
-   divided among the comparisons of that look (Bonferroni).
+   divided among the comparisons of that look (Bonferroni); it races again if the leader sinks
+   back to it.
 2. **Sample.** The configurations still in the race get the next seed in turn; a dropped one gets
-   no more.
+   none.
 
 The result's claims ("A is better than B") are Welch t-tests over every pair of configurations
 with two or more seeds, Holm-adjusted for the number of pairs, so a table of ten configurations
