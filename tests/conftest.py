@@ -37,13 +37,14 @@ def run_tfrepro(*args: str, env: dict[str, str] | None = None, timeout: float = 
     return run_python("-m", "tfrepro", *args, env=env, timeout=timeout)
 
 
-def write_trace(path, losses, shape=(2, 1)) -> str:
-    """A trace of a one-variable model with these per-batch losses, ended; returns its path."""
+def write_trace(path, losses, shape=(2, 1), **header_items) -> str:
+    """A trace of a one-variable model with these per-batch losses, ended (``header_items`` added to
+    its header); returns its path."""
     from tfrepro.proof.traces import VERSION, TraceWriter, float_bits
 
     header = {"type": "header", "format": "tfrepro-trace", "version": VERSION, "environment": {},
               "model": {"layers": ["d"], "variables": [{"name": "d/kernel", "layer": "d", "shape": list(shape),
-                                                        "dtype": "float32"}]}}
+                                                        "dtype": "float32"}]}, **header_items}
     with TraceWriter(path) as writer:
         writer.write(header)
         for step, loss in enumerate(losses):

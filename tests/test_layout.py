@@ -20,6 +20,7 @@ API_INDEX = ROOT.parent / "docs" / "reference" / "api" / "index.md"
 FLOORS = [
     {"_tf", "_files", "errors", "_version"},
     {"_import_hooks", "_object_graph"},
+    {"_targets"},
     {"ops"},
     {"determinism"},
     {"proof", "data"},
@@ -30,7 +31,8 @@ FLOORS = [
     {"cli"},
     {"__init__", "__main__"},
 ]
-LOOSE_MODULES = {"__init__", "__main__", "_files", "_import_hooks", "_object_graph", "_tf", "_version", "errors", "testing"}
+LOOSE_MODULES = {"__init__", "__main__", "_files", "_import_hooks", "_object_graph", "_targets", "_tf", "_version", "errors",
+                 "testing"}
 
 
 def _modules() -> dict[str, Path]:

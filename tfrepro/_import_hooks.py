@@ -9,6 +9,7 @@ Python's RNG where it was while TensorFlow's import draws from it.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib.abc
 import sys
@@ -84,18 +85,60 @@ def call_after_import(hooks: Mapping[str, Hook],
     """Call ``hooks[name](module)`` once, right after module ``name`` (dotted names too) is first
     executed, at once if it is loaded already. ``around[name]()``, if given, is a context the
     module executes in (not entered for a module loaded already). A hook that raises makes the
-    import raise. A module that is still executing (it imported the caller) counts as not loaded,
-    but no import of it is to come: its hook never runs."""
+    import raise. A module that is still executing (it imported the caller: Keras 3 imports
+    TensorFlow halfway through its own import) gets its hook at the first import statement after it
+    has finished, which is before the code that imported it goes on."""
     pending = {}
     for name, hook in hooks.items():
         module = sys.modules.get(name)
-        if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
-            hook(module)
-        elif module is None:
+        if module is None:
             pending[name] = hook
+        elif _initializing(module):
+            _defer(name, hook)
         else:
-            warn(f"{name} is still being imported, so tfrepro cannot run its hook after it; call "
-                 f"tfrepro.patch() yourself once {name} is imported")
+            hook(module)
     if pending:
         contexts = {name: context for name, context in (around or {}).items() if name in pending}
         sys.meta_path.insert(0, _PostImportFinder(pending, contexts))
+
+
+def _initializing(module: ModuleType) -> bool:
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+# Hooks of modules that were still executing when they were asked for, run by ``_importing``.
+_deferred: list[tuple[str, Hook]] = []
+_builtin_import: Callable[..., ModuleType] | None = None
+
+
+def _defer(name: str, hook: Hook) -> None:
+    global _builtin_import
+    _deferred.append((name, hook))
+    if _builtin_import is None:
+        _builtin_import = builtins.__import__
+        builtins.__import__ = _importing
+
+
+def _importing(*args: Any, **kwargs: Any) -> ModuleType:
+    """``__import__`` while hooks are deferred: each import statement, then the hooks whose module
+    has finished executing (or failed to); the original ``__import__`` is back once none is left."""
+    assert _builtin_import is not None
+    try:
+        return _builtin_import(*args, **kwargs)
+    finally:
+        _run_deferred()
+
+
+def _run_deferred() -> None:
+    global _builtin_import
+    ready = [(name, hook) for name, hook in _deferred if not _initializing(sys.modules.get(name))]
+    if not ready:
+        return
+    for item in ready:
+        _deferred.remove(item)
+    if not _deferred and builtins.__import__ is _importing:
+        builtins.__import__, _builtin_import = _builtin_import, None
+    for name, hook in ready:
+        module = sys.modules.get(name)
+        if module is not None:  # None: its import failed, and the failure is the importer's to see
+            hook(module)

@@ -2,8 +2,8 @@
 
 Columns (capabilities) and what a supported cell demands:
 
-- ``patch``: the same bits in fresh processes (the two runs of ``tfrepro check``, ``tfrepro run``,
-  and ``tfrepro.patch(S)`` as the script's first line);
+- ``patch``: the same bits in fresh processes (the two runs of ``tfrepro check``, ``tfrepro run``
+  of the zoo with ``import keras`` first, and ``tfrepro.patch(S)`` as the script's first line);
 - ``check``: ``tfrepro check`` says identical; with a planted culprit it says diverged (with
   ``--gradients``: a gradient's difference can stay below the weights' rounding for a while), in
   every pattern's own ``fit``;
@@ -11,7 +11,8 @@ Columns (capabilities) and what a supported cell demands:
   every pattern's own ``fit`` diagnosed in one process);
 - ``resume``: under ``tfrepro run --checkpoint``, a run killed with SIGKILL and started again ends
   on the uninterrupted run's bits;
-- ``seed``: seed S means one computation: ``tfrepro run --seed S``, each run of
+- ``seed``: seed S means one computation: ``tfrepro run --seed S`` (of the zoo with ``import keras``
+  as its first line: every other entry point imports TensorFlow first), each run of
   ``tfrepro check --seed S``, seed S of ``tfrepro sweep`` and of ``tfrepro tune``, ``tfrepro
   doctor --continue --seed S``, ``tfrepro run --checkpoint`` and ``tfrepro.patch(S)`` as the first
   line give the same weights
@@ -152,8 +153,8 @@ def _entry_point(folder: Path, entry: str, planted: str = "0", skip: str = "") -
     results = folder / "results.jsonl"
     env = _env(results, ZOO_PLANT=planted, ZOO_SKIP=",".join(p for p, c in REFUSED if c == skip))
     seed = ("--seed", str(SEED))
-    if entry == "run":
-        proc = _tfrepro(folder, "run", *seed, *_python("all"), env=env)
+    if entry == "run":  # a script whose first line is `import keras`; every other entry imports TensorFlow first
+        proc = _tfrepro(folder, "run", *seed, *_python("all"), env=dict(env, ZOO_FIRST_IMPORT="keras"))
     elif entry == "check":  # planted: gradients recorded too, since a gradient's difference can stay below the
         gradients = ("--gradients",) if planted == "1" else ()  # weights' rounding for a while
         proc = _tfrepro(folder, "check", "--runs", "2", *seed, *gradients, "--out", str(folder / "out"),

@@ -9,12 +9,19 @@ Python's, NumPy's and TensorFlow's global RNGs, so two runs agree only if they c
 ``ZOO_PLANT=1`` inserts a layer named ``culprit`` whose kernel gradient gets noise from OS entropy
 (a CPU stand-in for GPU atomics). ``ZOO_KILL_AT=N`` kills the process with SIGKILL
 after the N-th optimizer step; ``ZOO_SKIP=a,b`` leaves patterns out of ``all``. Each pattern builds its model the way the keras-io examples do.
-``ZOO_STRATEGY=multi-worker`` builds and trains every ``fit`` pattern in the scope of a
+``ZOO_FIRST_IMPORT=keras`` makes Keras (tf_keras under ``TF_USE_LEGACY_KERAS=1``) the process's first
+import, before TensorFlow. ``ZOO_STRATEGY=multi-worker`` builds and trains every ``fit`` pattern in the scope of a
 ``MultiWorkerMirroredStrategy`` over the ``TF_CONFIG`` cluster (the custom loops, which do not call
 ``strategy.run``, train outside it); each result line then names its worker.
 """
 
 import os
+
+if os.environ.get("ZOO_FIRST_IMPORT") == "keras":  # Keras first, as keras-io's scripts begin (`import keras`)
+    if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+        import tf_keras  # noqa: F401
+    else:
+        import keras  # noqa: F401
 
 if os.environ.get("ZOO_INSCRIPT_SEED"):
     import tfrepro

@@ -58,6 +58,30 @@ def test_a_module_already_imported_is_hooked_at_once(package):
     assert seen == [package]
 
 
+def test_a_module_still_executing_gets_its_hook_before_its_importer_goes_on(tmp_path, monkeypatch):
+    # Keras 3 imports TensorFlow halfway through its own import: a hook asked for then on a Keras
+    # module that is still executing runs at the first import statement after it has finished.
+    import builtins
+
+    (tmp_path / "outer_pkg").mkdir()
+    (tmp_path / "outer_pkg" / "__init__.py").write_text(
+        "from outer_pkg import inner\nimport json\nSEEN_BEFORE_NEXT_LINE = list(inner.SEEN)\n")
+    (tmp_path / "outer_pkg" / "inner.py").write_text(
+        "from tfrepro._import_hooks import call_after_import\nSEEN = []\n"
+        "call_after_import({'outer_pkg.inner': lambda module: SEEN.append(module.VALUE)})\nVALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    original = builtins.__import__
+    try:
+        import outer_pkg
+
+        assert outer_pkg.SEEN_BEFORE_NEXT_LINE == [7]  # the whole module had run; the hook ran once
+        assert builtins.__import__ is original  # nothing is left wrapped
+    finally:
+        builtins.__import__ = original
+        for name in ("outer_pkg", "outer_pkg.inner"):
+            sys.modules.pop(name, None)
+
+
 def test_a_failing_hook_fails_the_import(package):
     def broken(module):
         raise RuntimeError("hook failed")

@@ -159,6 +159,41 @@ def test_uncovered_convolutions_are_refused_by_name():
         convolutions.convolution(_scaled((1, 5, 5, 4), 0), _scaled((3, 3, 2, 4), 0))
     with pytest.raises(NotImplementedError, match="3-D convolution"):
         convolutions.convolution(_scaled((1, 5, 5, 5, 1), 0), _scaled((3, 3, 3, 1, 1), 0))
+    x, w = _scaled((2, 5, 5, 2), 0), _scaled((3, 3, 2, 4), 0)
+    for strides in ([2, 1, 1, 1], [1, 1, 1, 2]):  # TF raises for these; they are not dropped silently
+        with pytest.raises(NotImplementedError, match="over the batch or channel dimension"):
+            convolutions.convolution(x, w, strides=strides, padding="SAME")
+    with pytest.raises(NotImplementedError, match="over the batch or channel dimension"):  # depth pooling
+        pooling.max_pool(x, [1, 1, 1, 2], [1, 1, 1, 2], "VALID")
+    unknown = tf.function(lambda v: convolutions.convolution(v, w, padding="SAME"),
+                          input_signature=[tf.TensorSpec(None, tf.float32)])
+    with pytest.raises(NotImplementedError, match="unknown rank is not covered"):
+        unknown.get_concrete_function()
+    logits = tf.function(lambda z: losses.softmax_cross_entropy_with_logits(tf.ones([2, 3]) / 3, z),
+                         input_signature=[tf.TensorSpec(None, tf.float32)])
+    with pytest.raises(NotImplementedError, match="logits of unknown rank is not covered"):
+        logits.get_concrete_function()
+
+
+def test_extra_batch_dimensions_and_the_v1_names_convolve_exactly():
+    x, w = _scaled((2, 3, 6, 6, 2), 1), _scaled((3, 3, 2, 4), 1)
+    flat = convolutions.convolution(x.reshape(6, 6, 6, 2), w, padding="SAME").numpy()
+    assert bits(convolutions.conv2d(x, w, 1, "SAME").numpy().reshape(flat.shape)) == bits(flat)
+    assert bits(convolutions.conv2d_v1(x.reshape(6, 6, 6, 2), filter=w, strides=[1, 1, 1, 1], padding="SAME")) == bits(flat)
+    x1, w1 = _scaled((3, 9, 2), 1), _scaled((3, 2, 4), 1)
+    assert bits(convolutions.conv1d_v1(x1, w1, stride=1, padding="VALID")) == bits(
+        convolutions.conv1d(x1, w1, 1, "VALID"))
+
+
+def test_an_axis_named_twice_raises_as_tfs_sum_does():
+    from tfrepro.ops.segment import reduce_sum
+
+    x = tf.ones([3, 4])
+    for axes in ([0, 0], [1, -1]):
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            tf.reduce_sum(x, axis=axes)  # the control: TF's kernel refuses it
+        with pytest.raises(tf.errors.InvalidArgumentError, match="duplicate dimension"):
+            reduce_sum(x, axis=axes)
 
 
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])
@@ -296,6 +331,14 @@ def test_optimizer_updates_are_the_same_under_xla():
 
 _weights = RNG.standard_normal(10_000).astype(np.float32)
 _grads = [RNG.standard_normal(10_000).astype(np.float32) * 1e-2 for _ in range(3)]
+
+
+def test_patch_exact_rebinds_the_compat_v1_convolutions():
+    import tfrepro
+
+    with tfrepro.patched(0, ops="exact"):
+        assert tf.compat.v1.nn.conv2d is convolutions.conv2d_v1 and tf.compat.v1.nn.conv1d is convolutions.conv1d_v1
+    assert tf.compat.v1.nn.conv2d is not convolutions.conv2d_v1
 
 
 def test_patch_exact_rebinds_refuses_and_undoes():

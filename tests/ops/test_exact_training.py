@@ -1,6 +1,6 @@
 """The exact tier's guarantee, in fresh processes, bits compared: the Keras MNIST CNN trained under
-``patch(ops="exact")`` ends on the same weights with 1 and 2 threads, with oneDNN off and on, with
-XLA off and on, and (without Dropout) on one device and on two MirroredStrategy replicas with the
+``patch(ops="exact")`` ends on the same weights with 1 thread and oneDNN off as with 2 threads and
+oneDNN on (both axes at once: one process fewer), with XLA off and on, and (without Dropout) on one device and on two MirroredStrategy replicas with the
 same global batch; under ``ops="auto"`` the thread counts give different weights (the negative
 control). Every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads."""
 
@@ -21,8 +21,7 @@ pytestmark = [pytest.mark.keras, pytest.mark.slow, pytest.mark.exact]
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 RUNS = {
     "base": ["--threads", "2", "--onednn", "on"],
-    "threads1": ["--threads", "1"],
-    "onednn_off": ["--threads", "2", "--onednn", "off"],
+    "threads1_onednn_off": ["--threads", "1", "--onednn", "off"],
     "xla": ["--threads", "2", "--onednn", "on", "--jit"],
     "auto1": ["--ops", "auto", "--threads", "1"],
     "auto2": ["--ops", "auto", "--threads", "2"],
@@ -45,8 +44,9 @@ def trained():
         return {name: future.result() for name, future in futures.items()}
 
 
-@pytest.mark.parametrize("variant", ["threads1", "onednn_off", "xla"])
+@pytest.mark.parametrize("variant", ["threads1_onednn_off", "xla"])
 def test_the_exact_tier_gives_the_same_weights(trained, variant):
+    assert trained["xla"]["jit"] and not trained["base"]["jit"]  # XLA did compile fit's step (Keras 3 resets it)
     assert trained[variant]["weights"] == trained["base"]["weights"]
     assert trained[variant]["digest"] == trained["base"]["digest"]
 

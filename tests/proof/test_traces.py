@@ -10,6 +10,8 @@ import pytest
 import tfrepro
 from tfrepro.proof.traces import FORMAT, VERSION, TraceWriter, bits_float, encode_logs, float_bits, read_trace
 
+from conftest import write_trace
+
 HEADER = {"type": "header", "format": FORMAT, "version": VERSION, "model": {"layers": ["d"], "variables": [
     {"name": "d/kernel", "layer": "d", "shape": [2, 1], "dtype": "float32"}]}, "environment": {}}
 
@@ -218,3 +220,15 @@ def test_assert_traces_identical_returns_the_comparison_or_fails_with_the_diverg
     with pytest.raises(AssertionError, match="traces differ") as raised:
         assert_traces_identical(a, other)
     assert "batch 1" in str(raised.value)
+
+
+@pytest.mark.parametrize("collectives, alone", [([], True), ([{"implementation": "RING"}], False)])
+def test_workers_that_never_built_a_strategy_are_said_to_have_trained_alone(tmp_path, collectives, alone):
+    from tfrepro.proof.runs import ALONE, compare_workers
+
+    distribution = {"cluster": {"workers": 2, "task": "worker:0"}, **({"collectives": collectives} if collectives else {})}
+    traces = [[[write_trace(tmp_path / f"r{run}w{worker}.jsonl", [0.5], seed=3,
+                            environment={"distribution": distribution})] for worker in range(2)] for run in range(2)]
+    comparison = compare_workers(traces)
+    assert comparison.identical and comparison.communicated is not alone
+    assert (ALONE in str(comparison)) is alone

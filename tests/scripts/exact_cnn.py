@@ -42,7 +42,9 @@ strategy = (tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.repl
 with strategy.scope():
     model = build_model(tf.keras, dropout=not args.no_dropout)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", jit_compile=args.jit)
+    if args.jit and not model.jit_compile:  # Keras 3 turns XLA off under op determinism (model_supports_jit),
+        model._jit_compile = True  # and its setter too: only the attribute puts fit's step under XLA
 history = model.fit(data.x_train, data.y_train, batch_size=batch, epochs=1, shuffle=False, verbose=0)
 print(json.dumps({"digest": weights_digest(model),
                   "weights": [hashlib.sha256(w.tobytes()).hexdigest()[:12] for w in model.get_weights()], "loss": [float(v) for v in history.history["loss"]],
-                  "replicas": strategy.num_replicas_in_sync}))
+                  "replicas": strategy.num_replicas_in_sync, "jit": bool(model.jit_compile)}))

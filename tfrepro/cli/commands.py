@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tfrepro._version import __version__
 from tfrepro.cli.exit_codes import ExitCode
 from tfrepro.errors import LaunchError
-from tfrepro.launching.command import bootstrap_command
+from tfrepro.launching.command import bootstrap_command, looks_like_python
 from tfrepro.launching.config import LaunchConfig
 
 if TYPE_CHECKING:
@@ -57,16 +57,25 @@ class _OpsAction(argparse.Action):
         setattr(namespace, self.dest, "all")
 
 
+_OPS_EXACT = "--ops exact"  # the option ``--ops exact`` becomes (one word: argparse names it in its errors)
+
+
 def _exact_ops(argv: Sequence[str]) -> list[str]:
-    """``--ops exact`` (before the command) as ``--ops=exact``, which ``_OpsAction`` cannot see."""
+    """``--ops exact`` (before the command) as one option, which ``_OpsAction`` cannot see. Any other
+    word after ``--ops`` that is not an option, ``--`` or the command (a Python interpreter or a
+    script) is a mistaken value: ``LaunchError``."""
     argv = list(argv)
     for i, word in enumerate(argv):
         if word == "--":
             break
-        if word == "--ops=exact":
-            return argv[:i] + ["--ops-exact"] + argv[i + 1:]
-        if word == "--ops" and argv[i + 1:i + 2] == ["exact"]:
-            return argv[:i] + ["--ops-exact"] + argv[i + 2:]
+        if word == "--ops=exact" or (word == "--ops" and argv[i + 1:i + 2] == ["exact"]):
+            return argv[:i] + [_OPS_EXACT] + argv[i + (1 if "=" in word else 2):]
+        value = word.partition("=")[2] if word.startswith("--ops=") else (
+            argv[i + 1] if word == "--ops" and i + 1 < len(argv) else None)
+        if value is not None and (word.startswith("--ops=") or not (
+                value.startswith("-") or value.endswith(".py") or looks_like_python(value))):
+            raise LaunchError(f"--ops takes no value but exact: --ops (every op tfrepro.ops has), --ops exact (the "
+                              f"exact tier) or --no-ops; got {value!r}")
     return argv
 
 
@@ -81,7 +90,7 @@ def _add_launch_options(parser: argparse.ArgumentParser, seed: bool = True) -> N
                           "(patch(ops=True)); --ops exact: the exact tier, the same bits across thread counts, "
                           "oneDNN, XLA and replica counts (patch(ops='exact')); by default only the ops this "
                           "TensorFlow cannot run deterministically on a GPU (ops='auto')")
-    ops.add_argument("--ops-exact", dest="ops", action="store_const", const="exact", help=argparse.SUPPRESS)
+    ops.add_argument(_OPS_EXACT, dest="ops", action="store_const", const="exact", help=argparse.SUPPRESS)
     ops.add_argument("--no-ops", dest="ops", action="store_const", const="none",
                      help="replace no op (patch(ops=False)): the ops above then raise on a GPU")
     parser.add_argument("--init", choices=("order", "keyed"), default="order",
@@ -164,13 +173,12 @@ def cmd_env(args: argparse.Namespace) -> int:
     from tfrepro.proof.environment_info import environment
 
     env = environment()
-    plain = json.dumps(env, indent=2, sort_keys=True)
     if args.json:
-        print(plain)
+        print(json.dumps(env, indent=2, sort_keys=True))
         return ExitCode.OK
     from tfrepro.cli import rendering
 
-    rendering.show(rendering.environment_view(env), plain)
+    rendering.show(rendering.environment_view(env), rendering.environment_lines(env))
     return ExitCode.OK
 
 
@@ -226,10 +234,23 @@ def _check_exit_code(result: CheckResult) -> ExitCode:
     return ExitCode.OK if result.identical else ExitCode.DIVERGED
 
 
+def _refuse_options_without_patch(args: argparse.Namespace) -> None:
+    """``--no-patch`` runs the script as it is: an option that configures the patch would do nothing."""
+    if not args.no_patch:
+        return
+    given = [name for name, on in (("--ops", args.ops != "auto"), ("--init", args.init != "order"),
+                                   ("--threads", args.threads is not None), ("--onednn", args.onednn is not None))
+             if on]
+    if given:
+        raise LaunchError(f"--no-patch runs the script without tfrepro.patch, so {', '.join(given)} would do nothing; "
+                          "drop them, or drop --no-patch")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from tfrepro.cli import rendering
     from tfrepro.launching.checking import GRADIENTS_WITH_WORKERS, RunInterrupted, check
 
+    _refuse_options_without_patch(args)
     config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init,
                           patch=not args.no_patch, gradients=args.gradients)
     command = _command(args)
@@ -305,6 +326,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             check_tf_version(args.tf_version)
         except ValueError as exc:
             raise LaunchError(f"--tf-version: {exc}") from None
+    _refuse_options_without_patch(args)
     config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init,
                           patch=not args.no_patch)
     command = _command(args)
@@ -355,7 +377,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if command[:1] == ["merge"]:  # `tfrepro sweep --metric m merge ...`: options of a run before `merge`
         raise LaunchError("`merge` must come right after `sweep`: tfrepro sweep merge DIR... [--out DIR] [--plot PNG]"
                           " (--seeds, --metric, --best, --shard and --jobs belong to a sweep run)")
-    seeds = parse_seeds(args.seeds or "0-4")
+    seeds = parse_seeds(args.seeds if args.seeds is not None else "0-4")
     if args.shard:
         index, count = parse_shard(args.shard)
         seeds = seeds[index::count]
@@ -605,7 +627,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] == ["sweep", "merge"]:
         argv[:2] = ["sweep merge"]
-    args, unknown = parser.parse_known_args(_exact_ops(argv))
+    try:
+        argv = _exact_ops(argv)
+    except LaunchError as exc:
+        return _fail(next((word for word in argv if not word.startswith("-")), "tfrepro"), str(exc))
+    args, unknown = parser.parse_known_args(argv)
     if unknown:  # reported by the command's own parser, so that the hint names its --help
         (getattr(args, "parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.cmd is None:

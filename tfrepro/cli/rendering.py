@@ -4,6 +4,7 @@ cut or wrapped (the library objects' own ``str()``), and no progress display."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -96,6 +97,19 @@ def environment_view(env: dict[str, Any]) -> Pretty:
     return Pretty(env, expand_all=True)
 
 
+def environment_lines(env: dict[str, Any], prefix: str = "") -> str:
+    """The fingerprint as ``key: value`` lines, nested keys dotted (``tensorflow.version: 2.21.0``):
+    for a log; ``--json`` gives the same as JSON."""
+    lines = []
+    for key, value in sorted(env.items()):
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            lines.append(environment_lines(value, f"{name}."))
+        else:
+            lines.append(f"{name}: {json.dumps(value) if isinstance(value, (dict, list)) or value is None else value}")
+    return "\n".join(lines)
+
+
 def with_progress(label: str, runs: int, work: Callable[[Callable[[Any], None]], T]) -> T:
     """Run ``work(on_run)`` under a progress bar that advances once per finished run (on a terminal)."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -149,6 +163,10 @@ def print_check(result: CheckResult, out: Path, diagnose_with: str | None = None
         out_console.print(Text.assemble(("identical:", "bold green"),
                                         f" {comparison.runs} runs x {workers}{comparison.fits_per_run[0]} Model.fit "
                                         f"call(s), {records} records each compared bit for bit"))
+        if not comparison.communicated:
+            from tfrepro.proof.runs import ALONE
+
+            out_console.print(Text(ALONE, style="yellow"))
     out_console.print(f"traces and logs: {out}")
 
 

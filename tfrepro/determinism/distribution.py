@@ -41,21 +41,18 @@ Without ``patch`` all of this is left as Keras and TensorFlow have it.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import json
 import os
 from types import ModuleType
 from typing import Any
 
+from tfrepro import _targets
 from tfrepro._import_hooks import call_after_import
 from tfrepro.determinism import state
 from tfrepro.errors import warn
 
-_STRATEGY_MODULE = "tensorflow.python.distribute.collective_all_reduce_strategy"
-_KERAS3_TRAINER = "keras.src.backend.tensorflow.trainer"
-_KERAS3_RANDOM = "keras.src.backend.tensorflow.random"
-_KERAS3_BATCH_NORM = "keras.src.layers.normalization.batch_normalization"
-_DISTRIBUTE_LIB = "tensorflow.python.distribute.distribute_lib"
 _chosen: list[dict[str, Any]] = []  # one entry per strategy built in this process
 _hooked = False
 
@@ -67,9 +64,10 @@ def follow_the_patch() -> None:
     if _hooked:
         return
     _hooked = True
-    call_after_import({_DISTRIBUTE_LIB: _seeded_generator_before_any_scope,
-                       _STRATEGY_MODULE: _pin_ring, _KERAS3_TRAINER: _repair_keras3,
-                       _KERAS3_RANDOM: _key_keras3_seeds_by_replica, _KERAS3_BATCH_NORM: _average_keras3_moving_statistics})
+    call_after_import({_targets.target(key).module: hook for key, hook in (
+        ("tf:strategy_base", _seeded_generator_before_any_scope), ("tf:collective_strategy", _pin_ring),
+        ("keras3:trainer_build", _repair_keras3), ("keras3:draw_seed", _key_keras3_seeds_by_replica),
+        ("keras3:batch_norm", _average_keras3_moving_statistics))})
 
 
 def chosen() -> list[dict[str, Any]]:
@@ -94,9 +92,10 @@ def cluster() -> dict[str, Any] | None:
         return {"workers": None, "task": "TF_CONFIG is not valid JSON"}
 
 
-def _original(owner: Any, name: str) -> Any:
-    """``owner.name``, or None when it is missing or tfrepro replaced it already (hooks run once)."""
-    found = getattr(owner, name, None)
+def _original(module: ModuleType, key: str) -> Any:
+    """The target ``key`` names in ``module`` (``_targets``), or None when it is missing (warned
+    about by name where expected) or tfrepro replaced it already (hooks run once)."""
+    found = _targets.find(module, key)
     return None if found is None or getattr(found, "_tfrepro", False) else found
 
 
@@ -112,10 +111,10 @@ def _seeded_generator_before_any_scope(module: ModuleType) -> None:
     (``seeding``). Made first inside a strategy's scope, it would be a distributed generator of that
     strategy: so it is made as soon as a strategy exists (its runtime and collectives set up), outside
     any scope."""
-    strategy_base = getattr(module, "StrategyBase", None)
-    original = _original(strategy_base, "__init__")
+    original = _original(module, "tf:strategy_base")
     if original is None:
         return
+    strategy_base = module.StrategyBase
     from tfrepro.determinism import seeding
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -127,10 +126,10 @@ def _seeded_generator_before_any_scope(module: ModuleType) -> None:
 
 
 def _pin_ring(module: ModuleType) -> None:
-    strategy_class = getattr(module, "CollectiveAllReduceStrategy", None)
-    original = _original(strategy_class, "__init__")
+    original = _original(module, "tf:collective_strategy")
     if original is None:
         return
+    strategy_class = module.CollectiveAllReduceStrategy
     from tensorflow.python.distribute import collective_util
 
     implementation = collective_util.CommunicationImplementation
@@ -154,17 +153,20 @@ def _pin_ring(module: ModuleType) -> None:
 
 
 def _repair_keras3(module: ModuleType) -> None:
-    trainer_class = getattr(module, "TensorFlowTrainer", None)
-    build, reduce_per_replica = _original(trainer_class, "_maybe_symbolic_build"), _original(module, "reduce_per_replica")
-    multi_worker = getattr(module, "_collective_all_reduce_multi_worker", None)
+    build_key = _targets.key_for("trainer_build")  # TensorFlowTrainer, renamed Trainer in Keras 3.16
+    build, reduce_per_replica = _original(module, build_key), _original(module, "keras3:trainer_reduce")
+    multi_worker = _targets.find(module, "keras3:trainer_multi_worker")
     if build is None or reduce_per_replica is None or multi_worker is None:
+        return
+    try:
+        tree = importlib.import_module(_targets.target("keras3:tree").module)
+    except ImportError:  # a Keras 3 without keras.src.tree predates this code path: left as it is
+        return
+    if _targets.find(tree, "keras3:tree") is None:
         return
     import tensorflow as tf
 
-    try:
-        from keras.src import tree
-    except ImportError:  # a Keras 3 without keras.src.tree predates this code path: left as it is
-        return
+    trainer_class = getattr(module, _targets.target(build_key).attribute.split(".")[0])
 
     def repaired(strategy: Any) -> bool:
         return state.active() is not None and strategy is not None and multi_worker(strategy)
@@ -210,7 +212,7 @@ def _repair_keras3(module: ModuleType) -> None:
 
 
 def _key_keras3_seeds_by_replica(module: ModuleType) -> None:
-    draw_seed = _original(module, "draw_seed")
+    draw_seed = _original(module, "keras3:draw_seed")
     if draw_seed is None:
         return
     import tensorflow as tf
@@ -228,10 +230,10 @@ def _key_keras3_seeds_by_replica(module: ModuleType) -> None:
 
 
 def _average_keras3_moving_statistics(module: ModuleType) -> None:
-    layer_class = getattr(module, "BatchNormalization", None)
-    build = _original(layer_class, "build")
+    build = _original(module, "keras3:batch_norm")
     if build is None:
         return
+    layer_class = module.BatchNormalization
     import tensorflow as tf
 
     if "aggregation" not in inspect.signature(module.BatchNormalization.add_weight).parameters:

@@ -27,14 +27,11 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from tfrepro import _tf
+from tfrepro import _targets, _tf
 from tfrepro._import_hooks import call_after_import
 
 _clock: Any = None
 _records_path: str | None = None
-# Where each Keras defines CallbackList: Keras 3, tf_keras, the Keras 2 of TF 2.12 and of TF 2.13-2.15.
-_CALLBACK_LISTS = ("keras.src.callbacks.callback_list", "tf_keras.src.callbacks", "keras.callbacks",
-                   "keras.src.callbacks")
 _hooked = False
 
 
@@ -118,17 +115,19 @@ def _follow_fit_epochs() -> None:
     global _hooked
     if not _hooked:
         _hooked = True
-        call_after_import({name: _hook_callback_list for name in _CALLBACK_LISTS})
+        call_after_import({entry.module: functools.partial(_hook_callback_list, key=entry.key)
+                           for entry in _targets.for_role("epochs")})
 
 
-def _hook_callback_list(module: ModuleType) -> None:
+def _hook_callback_list(module: ModuleType, key: str) -> None:
     """``fit``'s callback list sets the clock: to ``initial_epoch`` as training begins (read from
     ``fit``'s frame), to E as epoch E begins, and to E + 1 as it ends, so that an iterator made
     between two epochs (Keras 2 makes the next one before ``on_epoch_begin``; a distributed one
     starts at once) reads the epoch it is for."""
-    callback_list = getattr(module, "CallbackList", None)
-    if callback_list is None or getattr(callback_list.on_epoch_begin, "_tfrepro_sets_epoch", False):
+    on_epoch_begin = _targets.find(module, key)
+    if on_epoch_begin is None or getattr(on_epoch_begin, "_tfrepro_sets_epoch", False):
         return
+    callback_list = module.CallbackList
 
     def train_begin(self: Any, logs: Any = None) -> int | None:
         frame = sys._getframe(2)

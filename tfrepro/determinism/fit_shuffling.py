@@ -2,12 +2,14 @@
 seed and the epoch.
 
 Keras builds the order of each pass over the arrays with ``tf.random.shuffle`` inside a tf.data
-map. Once TF's global seed is set, Keras 3 starts that op afresh on every epoch's iterator, so every
-epoch has the same order; Keras 2 draws the epochs' orders one after another from one op, so the
-order of epoch E depends on the E orders drawn before it. The rebinding is narrow:
-while Keras builds that pipeline (Keras 3's ``ArrayDataAdapter.get_tf_dataset``, Keras 2's
-``TensorLikeDataAdapter.__init__``), ``tf.random.shuffle`` is a keyed permutation of the key
-(patch seed, "fit shuffle", epoch). Keras 3 makes one pass (one iterator) per epoch, after
+map (Keras 3.16: ``tf.random.experimental.stateless_shuffle``, seeded by an epoch count that it
+reads once, when it builds the pipeline). Once TF's global seed is set, Keras 3 starts that op
+afresh on every epoch's iterator, so every epoch has the same order (on Keras 3.16 whatever the
+seed); Keras 2 draws the epochs' orders one after another from one op, so the order of epoch E
+depends on the E orders drawn before it. The rebinding is narrow: while Keras builds that pipeline
+(Keras 3's ``ArrayDataAdapter.get_tf_dataset``, Keras 2's ``TensorLikeDataAdapter.__init__``),
+both shuffles are a keyed permutation of the key (patch seed, "fit shuffle", epoch), and a pipeline
+built without either warns by name. Keras 3 makes one pass (one iterator) per epoch, after
 ``on_epoch_begin``: its epoch is the epoch clock's (see ``epochs``), read when the pass's order is
 drawn. Keras 2 draws every epoch's order from one iterator, ahead of training: pass ``k`` has epoch
 ``E0 + k``, ``E0`` the clock when the first order is drawn (``fit``'s first epoch; a resume that
@@ -24,17 +26,12 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-from tfrepro import _tf
+from tfrepro import _targets, _tf
 from tfrepro._import_hooks import call_after_import
 from tfrepro.determinism import epochs, keys, state
+from tfrepro.errors import warn
 
 PURPOSE = "fit shuffle"
-# Keras 3; tf_keras; the Keras 2 of TF 2.12 and of 2.13-2.15: the module, the class, the method that
-# builds the pipeline.
-_BUILDERS = (("keras.src.trainers.data_adapters.array_data_adapter", "ArrayDataAdapter", "get_tf_dataset"),
-             ("tf_keras.src.engine.data_adapter", "TensorLikeDataAdapter", "__init__"),
-             ("keras.engine.data_adapter", "TensorLikeDataAdapter", "__init__"),
-             ("keras.src.engine.data_adapter", "TensorLikeDataAdapter", "__init__"))  # the Keras 2 of TF 2.13-2.15
 _hooked = False
 
 
@@ -45,15 +42,18 @@ def follow_the_seed() -> None:
     if _hooked:
         return
     _hooked = True
-    call_after_import({module_name: functools.partial(_rebind, class_name=class_name, method=method)
-                       for module_name, class_name, method in _BUILDERS})
+    call_after_import({entry.module: functools.partial(_rebind, key=entry.key)
+                       for entry in _targets.for_role("fit_shuffle")})
 
 
-def _rebind(module: ModuleType, class_name: str, method: str) -> None:
-    adapter = getattr(module, class_name, None)
-    original = getattr(adapter, method, None)
+def _rebind(module: ModuleType, key: str) -> None:
+    """Key the shuffle of the pipeline-building method ``key`` names (Keras 3's
+    ``ArrayDataAdapter.get_tf_dataset``, Keras 2's ``TensorLikeDataAdapter.__init__``)."""
+    original = _targets.find(module, key)
     if original is None or getattr(original, "_tfrepro_keyed", False):
         return
+    class_name, method = _targets.target(key).attribute.split(".")
+    adapter = getattr(module, class_name)
 
     @functools.wraps(original)
     def build(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -125,23 +125,40 @@ def _counted_passes() -> Callable[[], Any]:
     return epoch_of_pass
 
 
+# Where Keras draws its order: ``tf.random.shuffle`` (Keras 2, Keras 3 up to 3.15), and
+# ``tf.random.experimental.stateless_shuffle`` (Keras 3.16, seeded by Keras's own epoch count).
+_SHUFFLES = (("random", "shuffle"), ("random.experimental", "stateless_shuffle"))
+
+
 @contextlib.contextmanager
 def _keyed_tf_random_shuffle(seed: int, epoch_of_pass: Callable[[], Any]) -> Iterator[None]:
-    """``tf.random.shuffle`` (under every name Keras reaches it by) is the keyed one meanwhile."""
+    """Every shuffle Keras draws its order with (under every name Keras reaches it by) is the keyed
+    one meanwhile. A pipeline built without calling one of them warns by name: Keras drew its order
+    some other way, which ``patch`` does not key."""
     tf = _tf.import_tf()
     base = keys.key(seed, PURPOSE)
+    calls = []
 
-    def shuffle(value: Any, seed: Any = None, name: Any = None) -> Any:
+    def shuffle(value: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(True)
         value = tf.convert_to_tensor(value)
         order = keys.permutation(tf.shape(value, out_type=tf.int64)[0], keys.fold_in(base, epoch_of_pass()))
         return tf.gather(value, order)
 
-    modules = [m for m in (tf.random, getattr(getattr(tf.compat, "v2", None), "random", None)) if m is not None]
-    originals: list[tuple[Any, Callable[..., Any]]] = [(m, m.shuffle) for m in modules]
-    for module in modules:
-        module.shuffle = shuffle
+    originals: list[tuple[Any, str, Callable[..., Any]]] = []
+    for root in (tf, getattr(tf.compat, "v2", None)):
+        for path, name in _SHUFFLES:
+            owner = functools.reduce(lambda module, part: getattr(module, part, None), path.split("."), root)
+            if getattr(owner, name, None) is not None:
+                originals.append((owner, name, getattr(owner, name)))
+                setattr(owner, name, functools.wraps(getattr(owner, name))(shuffle))
     try:
         yield
     finally:
-        for module, original in originals:
-            module.shuffle = original
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+    if not calls:
+        keras = _tf.keras_info()
+        warn(f"tfrepro: {keras.module} {keras.version} built fit's shuffled pipeline without tf.random.shuffle or "
+             "tf.random.experimental.stateless_shuffle, so its order is not keyed by (seed, epoch) under patch; "
+             "pass shuffle=False and shuffle with tfrepro.data.shuffle, or report it")

@@ -27,14 +27,11 @@ import inspect
 from types import ModuleType
 from typing import Any
 
-from tfrepro import _tf
+from tfrepro import _targets, _tf
 from tfrepro._import_hooks import call_after_import
 from tfrepro.determinism import seeding, state
 
 SCHEMES = ("order", "keyed")
-# Keras 3; tf_keras; the Keras 2 of TF 2.12: where Layer is defined.
-_LAYERS = ("keras.src.layers.layer", "tf_keras.src.engine.base_layer", "keras.engine.base_layer",
-           "keras.src.engine.base_layer")  # the last: the Keras 2 of TF 2.13-2.15
 _hooked = False
 
 
@@ -51,14 +48,15 @@ def follow_the_scheme() -> None:
     if _hooked:
         return
     _hooked = True
-    call_after_import({name: _rebind for name in _LAYERS})
+    call_after_import({entry.module: functools.partial(_rebind, key=entry.key)
+                       for entry in _targets.for_role("add_weight")})
 
 
-def _rebind(module: ModuleType) -> None:
-    layer_class = getattr(module, "Layer", None)
-    original = getattr(layer_class, "add_weight", None)
+def _rebind(module: ModuleType, key: str) -> None:
+    original = _targets.find(module, key)
     if original is None or getattr(original, "_tfrepro_keyed", False):
         return
+    layer_class = module.Layer
     signature = inspect.signature(original)
     root = importlib.import_module(module.__name__.split(".")[0])
     initializers = importlib.import_module(f"{root.__name__}.initializers")

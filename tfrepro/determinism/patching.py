@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 
-from tfrepro import _tf
+from tfrepro import _targets, _tf
 from tfrepro.determinism import distribution, fit_shuffling, initialisers, reporting, seeding, state, switches
 from tfrepro.errors import warn
 from tfrepro.ops.selection import select_ops, summation_of
@@ -160,6 +160,7 @@ def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], thr
     if switches.plan_for(_tf.installed_tf_version()).call_enable_op_determinism and not _tf.op_determinism_enabled():
         tf.config.experimental.enable_op_determinism()
     _replace_ops(applied, *ops)
+    _targets.watch()
     fit_shuffling.follow_the_seed()
     initialisers.follow_the_scheme()
     distribution.follow_the_patch()
@@ -412,10 +413,13 @@ def _guard_keras_auto_jit() -> Callable[[], None] | None:
     version = _tf.parse_version(_tf.distribution_version("keras"))
     if version is None or not ((3, 0) <= version < (3, 7)) or (info.module == "tf_keras"):
         return None
+    entry = _targets.target("keras3:model_supports_jit")
     try:
-        trainer = importlib.import_module("keras.src.trainers.trainer")
-        original = trainer.model_supports_jit
-    except (ImportError, AttributeError):
+        trainer = importlib.import_module(entry.module)
+    except ImportError:
+        trainer = None
+    original = None if trainer is None else _targets.find(trainer, entry.key)
+    if original is None:
         warn("could not keep Keras from choosing XLA under determinism on this Keras version; "
              "pass compile(jit_compile=False)")
         return None

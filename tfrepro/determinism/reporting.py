@@ -6,7 +6,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tfrepro import _tf
+from tfrepro import _targets, _tf
 from tfrepro.determinism import state, switches
 from tfrepro.ops import selection
 
@@ -159,6 +159,7 @@ def status() -> Report:
         f"keyed: fit's shuffle of arrays by (seed, epoch); initial weights by {'(seed, layer, weight name)' if init == 'keyed' else 'creation order'} (init={init!r})"),
         None))
     settings.append(_replacements_setting(tf_version))
+    settings.append(_hooks_setting())
     settings.append(_threads_setting())
     onednn = _env("TF_ENABLE_ONEDNN_OPTS")
     settings.append(
@@ -192,6 +193,18 @@ def _replacements_setting(tf_version: str | None) -> Setting:
                        "exact: " + ", ".join(covered) + "; refused: " + ", ".join(refused))
     return Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops", None,
                    "order-invariant: " + ", ".join(replaced))
+
+
+def _hooks_setting() -> Setting:
+    missing = _targets.missing()
+    if missing:
+        return Setting("hooks", f"{len(missing)} TF/Keras internal(s) missing: " + ", ".join(missing), False,
+                       "; ".join(f"{name}: {found}" for name, found in missing.items())
+                       + "; the warnings say what each one breaks; pin a TF/Keras release tfrepro supports")
+    if state.active_seed() is None:
+        return Setting("hooks", "not in place (no patch)", None)
+    return Setting("hooks", "every TF/Keras internal that patch hooks was found so far", True,
+                   "each is checked as its module loads (tfrepro._targets)")
 
 
 def _threads_setting() -> Setting:

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-from tfrepro import _tf
+from tfrepro import _targets, _tf
 from tfrepro._import_hooks import call_after_import
 
 MAX_SEED = 2**32 - 1
@@ -202,37 +202,37 @@ def _made_global_generator() -> None:
 
 def _seed_keras_whenever_it_loads() -> None:
     """Keras's part of seed S (it does not depend on S) on every Keras loaded now, and on one loaded
-    later. Keras 3 imports TensorFlow halfway through its own import, and Keras 2 keeps its RNG
-    switch in its backend module: hooking the backend modules reaches every Keras, whenever it
-    loads. The hooks for what is not loaded yet are put in place once per process."""
+    later, through the module where each Keras keeps its seed state (``_targets``, role
+    "seed_state": Keras 3's global state, Keras 2's backend). The hooks for what is not loaded yet
+    are put in place once per process."""
     global _keras_hooked
-    loaded = {name: _seed_keras_backend for name in _KERAS_BACKENDS if name in sys.modules}
-    call_after_import(loaded)
+    targets = _targets.for_role("seed_state")
+    call_after_import({entry.module: functools.partial(_seed_keras, key=entry.key) for entry in targets
+                       if entry.module in sys.modules})
     if not _keras_hooked:
         _keras_hooked = True
-        installed = [name for name in _KERAS_BACKENDS if name not in sys.modules
-                     and importlib.util.find_spec(name.split(".")[0]) is not None]
-        call_after_import({name: _seed_keras_backend for name in installed})
+        call_after_import({entry.module: functools.partial(_seed_keras, key=entry.key) for entry in targets
+                           if entry.module not in sys.modules
+                           and importlib.util.find_spec(entry.module.split(".")[0]) is not None})
 
 
-# Where Keras keeps its own seed state: Keras 3 and tf_keras in `src.backend` (Keras 3's global
-# SeedGenerator in `src.backend.common.global_state`), the Keras 2 of TF 2.12 in `backend`.
-_KERAS_BACKENDS = ("keras.src.backend", "keras.backend", "tf_keras.src.backend")
 _keras_hooked = False
 
 
-def _seed_keras_backend(backend: ModuleType) -> None:
-    """Keras's part of seed S (see the module doc), given its backend module."""
-    enable = getattr(backend, "enable_tf_random_generator", None)
-    if enable is not None:  # Keras 2
-        enable()
-        holder = getattr(backend, "_SEED_GENERATOR", None)
-        if holder is not None:  # keras.utils.set_random_seed sets it; cleared, seeds come from Python's random
-            holder.generator = None
+def _seed_keras(module: ModuleType, key: str) -> None:
+    """Keras's part of seed S (see the module doc), given the module of its seed state: Keras 3's
+    global SeedGenerator is dropped (the next one is made from Python's ``random``); Keras 2 draws
+    from TF's generator, and its own holder is cleared."""
+    found = _targets.find(module, key)
+    if found is None:
         return
-    global_state = _keras3_global_state_of(backend.__name__.split(".")[0])
-    if global_state is not None:
-        global_state.set_global_attribute("global_seed_generator", None)
+    if key.startswith("keras3"):
+        found("global_seed_generator", None)  # global_state.set_global_attribute
+        return
+    found()  # backend.enable_tf_random_generator
+    holder = getattr(module, "_SEED_GENERATOR", None)
+    if holder is not None:  # keras.utils.set_random_seed sets it; cleared, seeds come from Python's random
+        holder.generator = None
 
 
 @contextlib.contextmanager

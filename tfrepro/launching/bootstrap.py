@@ -66,8 +66,16 @@ def _patch(config: LaunchConfig) -> None:
                                  host_rngs=False)
 
     seeding.seed_python(config.seed)
-    call_after_import({"numpy": lambda numpy: seeding.seed_numpy(config.seed), "tensorflow": on_tensorflow},
-                      around={"tensorflow": seeding.preserving_host_rngs})
+    # Keras 3 and tf_keras import modules that draw from Python's RNG before they import TensorFlow:
+    # their imports keep it where it was too, so that `import keras` first computes what `import
+    # tensorflow` first does.
+    call_after_import({"numpy": lambda numpy: seeding.seed_numpy(config.seed), "tensorflow": on_tensorflow,
+                       "keras": _nothing, "tf_keras": _nothing},
+                      around={name: seeding.preserving_host_rngs for name in ("tensorflow", "keras", "tf_keras")})
+
+
+def _nothing(module: ModuleType) -> None:
+    """A hook that only marks its module's import (for ``around``)."""
 
 
 def _user_frames(traceback: TracebackType | None) -> TracebackType | None:

@@ -51,7 +51,7 @@ def bootstrap_command(command: list[str], entry: str = "tfrepro.launching.bootst
     head = command[0]
     if head.endswith(".py"):
         return [sys.executable, "-c", code, _existing_script(head), *command[1:]]
-    if not _PYTHON_NAME.match(Path(head).name):
+    if not looks_like_python(head):
         raise LaunchError(
             f"{head!r} is not a Python interpreter or a .py script; tfrepro runs Python commands: "
             "`python train.py ...`, `python -m package.module ...` or `train.py ...`"
@@ -132,6 +132,14 @@ def _require_tfrepro(head: str, options: tuple[str, ...]) -> None:
 
 
 def _existing_script(path: str) -> str:
+    if Path(path).is_dir():
+        raise LaunchError(f"{path} is a directory, not a script: give the .py file to run, or `python -m package` "
+                          "for a package")
     if not Path(path).is_file():
         raise LaunchError(f"script not found: {path}")
     return path
+
+
+def looks_like_python(word: str) -> bool:
+    """Whether ``word`` names a Python interpreter (``python``, ``python3.11``, ``/usr/bin/python3``)."""
+    return bool(_PYTHON_NAME.match(Path(word).name))

@@ -397,7 +397,13 @@ def _static_axes(axis, rank: int | None) -> list[int] | None:
             if tf.executing_eagerly():
                 raise tf.errors.InvalidArgumentError(None, None, f"Invalid reduction dimension ({a} for input with {rank} dimension(s)")
             raise ValueError(f"Invalid reduction dimension {a} for input with {rank} dimensions.")
-    return sorted({a % max(rank, 1) for a in axes})
+    normalised = [a % max(rank, 1) for a in axes]
+    repeated = next((a for i, a in enumerate(normalised) if a in normalised[:i]), None)
+    if repeated is not None:  # TF's kernel refuses an axis named twice (0 and -rank included)
+        if tf.executing_eagerly():
+            raise tf.errors.InvalidArgumentError(None, None, f"Axes contains duplicate dimension: {repeated}")
+        raise ValueError(f"Axes contains duplicate dimension: {repeated}")
+    return sorted(set(normalised))
 
 
 @check
@@ -406,6 +412,13 @@ def _reduction_axes(rank: tf.Tensor, axes: tf.Tensor):
     return tf.logical_not(tf.reduce_any(bad)), lambda: tf.strings.join([
         "Invalid reduction dimension (", text(_stock.gather(axes, first_position(bad))), " for input with ", text(rank),
         " dimension(s)"])
+
+
+@check
+def _distinct_axes(rank: tf.Tensor, axes: tf.Tensor):
+    normalised = tf.math.floormod(axes, tf.maximum(rank, 1))
+    return tf.equal(tf.size(tf.unique(normalised).y), tf.size(normalised)), lambda: tf.constant(
+        "Axes contains duplicate dimension")
 
 
 def reduce_sum(input_tensor: tf.Tensor, axis: int | list[int] | tf.Tensor | None = None, keepdims: bool = False,
@@ -451,6 +464,7 @@ def reduce_sum(input_tensor: tf.Tensor, axis: int | list[int] | tf.Tensor | None
         rank = tf.rank(x)
         axes = tf.range(rank) if axis is None else tf.reshape(tf.convert_to_tensor(axis, tf.int32), [-1])
         axes = after(_reduction_axes(rank, axes), tf.math.floormod(axes, tf.maximum(rank, 1)))
+        axes = after(_distinct_axes(rank, axes), axes)
         return _reduce_sum(x, axes, keepdims)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tfrepro.proof.comparison import Comparison, compare
-from tfrepro.proof.traces import PathLike, Trace
+from tfrepro.proof.traces import PathLike, Trace, read_trace
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ class RunsComparison:
     fits: list[FitComparison] = field(default_factory=list)
     workers: int = 1
     count_mismatch: str = ""  # between the workers of a run
+    communicated: bool = True  # False: the workers built no MultiWorkerMirroredStrategy (each trained alone)
 
     @property
     def runs(self) -> int:
@@ -102,8 +103,14 @@ class RunsComparison:
             return f"diverged: {self.fit_count_mismatch}"
         if self.identical:
             workers = f" x {self.workers} workers" if self.workers > 1 else ""
-            return f"identical: {self.runs} runs{workers} x {self.fits_per_run[0]} fit call(s)"
+            return f"identical: {self.runs} runs{workers} x {self.fits_per_run[0]} fit call(s)" + (
+                "" if self.communicated else f"\n{ALONE}")
         return f"{self.first_divergence.headline}\n{self.first_failure}"
+
+
+ALONE = ("note: no worker built a MultiWorkerMirroredStrategy, so the workers never communicated: each trained "
+         "alone, and agreeing shows only that each is reproducible; build and compile the model in the strategy's "
+         "scope to train them together")
 
 
 def compare_runs(traces: Sequence[Sequence[Trace | PathLike]]) -> RunsComparison:
@@ -133,4 +140,16 @@ def compare_workers(traces: Sequence[Sequence[Sequence[Trace | PathLike]]]) -> R
     for worker in range(result.workers):
         later_runs = compare_runs([run[worker] for run in traces])
         result.fits += [FitComparison(fit.run, fit.fit, fit.comparison, worker) for fit in later_runs.fits]
+    if result.workers > 1:
+        result.communicated = any(_built_a_strategy(trace) for trace in traces[0][0])
     return result
+
+
+def _built_a_strategy(trace: Trace | PathLike) -> bool:
+    """Whether a MultiWorkerMirroredStrategy existed when the trace's ``fit`` began: the header names
+    the collectives of every one built under ``patch`` (without a patch nothing records them, and
+    this answers True: unknown)."""
+    header = (trace if isinstance(trace, Trace) else read_trace(trace, strict=False)).header
+    if header.get("seed") is None:
+        return True
+    return bool(header.get("environment", {}).get("distribution", {}).get("collectives"))

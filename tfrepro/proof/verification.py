@@ -28,6 +28,8 @@ class Verification(RunsComparison):
         workers: The number of workers per run: 1 for `verify`.
         count_mismatch: Why the workers of a run disagree on their number of fit calls; empty for
             `verify`.
+        communicated: False when the workers of `tfrepro check --workers` built no
+            `MultiWorkerMirroredStrategy` (each trained alone); True for `verify`.
     """
 
 

@@ -32,6 +32,8 @@ _BINDINGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "convolution_v1": ("convolutions", "convolution_v1", ("tf.compat.v1.nn.convolution",)),
     "conv2d": ("convolutions", "conv2d", ("tf.nn.conv2d",)),
     "conv1d": ("convolutions", "conv1d", ("tf.nn.conv1d",)),
+    "conv2d_v1": ("convolutions", "conv2d_v1", ("tf.compat.v1.nn.conv2d", "tf.compat.v2.compat.v1.nn.conv2d")),
+    "conv1d_v1": ("convolutions", "conv1d_v1", ("tf.compat.v1.nn.conv1d", "tf.compat.v2.compat.v1.nn.conv1d")),
     "max_pool": ("pooling", "max_pool", ("tf.nn.max_pool", "tf.nn.max_pool1d")),
     "max_pool_v1": ("pooling", "max_pool_v1", ("tf.compat.v1.nn.max_pool", "tf.compat.v2.compat.v1.nn.max_pool")),
     "max_pool2d": ("pooling", "max_pool2d", ("tf.nn.max_pool2d",)),

@@ -8,9 +8,10 @@ gradient ``dy @ kernel^T``, exact and rounded once to float64, added into place 
 order the code fixes, in float64, and rounded once to float32: at most ``kh * kw`` float64
 roundings, far below float32's, and the same under any thread count, oneDNN setting, XLA or device.
 
-Covered: 1-D and 2-D convolutions, NHWC/NWC and NCHW/NCW, "SAME" and "VALID" padding, strides and
-dilations, float32/float16/bfloat16. Grouped convolutions, explicit padding lists and 3-D
-convolutions raise ``NotImplementedError`` by name (``refusals``).
+Covered: 1-D and 2-D convolutions, NHWC/NWC and NCHW/NCW, extra batch dimensions, "SAME" and
+"VALID" padding, spatial strides and dilations, float32/float16/bfloat16, under their v2 and
+``tf.compat.v1`` names. Grouped convolutions, explicit padding lists, batch or channel strides,
+inputs of unknown rank and 3-D convolutions raise ``NotImplementedError`` by name (``refusals``).
 """
 
 from __future__ import annotations
@@ -22,15 +23,21 @@ from tfrepro.ops.exact import _fixed
 from tfrepro.ops.exact.linalg import EXACT_DTYPES, is_weight, weight_gradient_replicas
 
 
-def _pair(value, rank: int, name: str, channels_first: bool = False) -> list[int]:
+def _pair(value, rank: int, name: str, channels_first: bool = False, what: str = "convolution") -> list[int]:
     """A spatial parameter (strides, dilations, ksize) as ``rank`` ints: one for all dimensions, one
-    per spatial dimension, or one per dimension of the data format (batch and channels dropped)."""
+    per spatial dimension, or one per dimension of the data format, whose batch and channel entries
+    must be 1 (TF raises for a batch or channel stride of a convolution; pooling over the channels
+    is not covered)."""
     if value is None:
         return [1] * rank
     values = [int(v) for v in ([value] if isinstance(value, int) else list(value))]
     if len(values) == 1:
         return values * rank
     if len(values) == rank + 2:
+        outer = [values[0], values[1] if channels_first else values[-1]]
+        if outer != [1, 1]:
+            raise NotImplementedError(f"tfrepro exact tier: {what} with {name} {value!r} over the batch or channel "
+                                      f"dimension is not covered (only spatial {name} are)")
         return values[2:] if channels_first else values[1:-1]
     if len(values) == rank:
         return values
@@ -120,10 +127,21 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
     if x.dtype not in EXACT_DTYPES:
         return _stock.convolution(x, kernel, strides=strides, padding=padding, data_format=data_format,
                                   dilations=dilations, name=name)
-    rank = kernel.shape.rank - 2 if kernel.shape.rank is not None else None
-    if rank not in (1, 2) or x.shape.rank != rank + 2:
+    if kernel.shape.rank is None or x.shape.rank is None:
+        raise NotImplementedError("tfrepro exact tier: a convolution of an input or kernel of unknown rank is not "
+                                  "covered (give them static ranks); use patch(ops='auto') for this model")
+    rank = kernel.shape.rank - 2
+    if rank not in (1, 2):
         raise NotImplementedError(f"tfrepro exact tier: {rank}-D convolution is not covered (1-D and 2-D are); "
                                   "use patch(ops='auto') for this model")
+    if x.shape.rank < rank + 2:
+        raise ValueError(f"a {rank}-D convolution needs an input of rank {rank + 2} or more; got rank {x.shape.rank}")
+    if x.shape.rank > rank + 2:  # batch dimensions [B1, B2, ...] as one: a product does not depend on the batch
+        batch = tf.shape(x)[:x.shape.rank - rank - 1]
+        flat = tf.reshape(x, tf.concat([[-1], tf.shape(x)[x.shape.rank - rank - 1:]], 0))
+        y = convolution(flat, kernel, strides=strides, padding=padding, data_format=data_format,
+                        dilations=dilations, name=name)
+        return tf.reshape(y, tf.concat([batch, tf.shape(y)[1:]], 0))
     if not isinstance(padding, str) or padding.upper() not in ("SAME", "VALID"):
         raise NotImplementedError(f"tfrepro exact tier: convolution padding {padding!r} is not covered "
                                   "('SAME' and 'VALID' are)")
@@ -135,6 +153,8 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
         raise NotImplementedError("tfrepro exact tier: grouped convolution is not covered (groups=1 is)")
     strides = _pair(strides, rank, "strides", channels_first)
     dilations = _pair(dilations, rank, "dilations", channels_first)
+    if any(s > 1 for s in strides) and any(d > 1 for d in dilations):
+        raise ValueError(f"strides {strides} and dilations {dilations}: TF takes one or the other above 1, not both")
     with tf.name_scope(name or "ExactConvolution"):
         if channels_first:
             x = tf.transpose(x, [0, *range(2, rank + 2), 1])
@@ -166,3 +186,17 @@ def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, n
     """``tf.nn.conv1d`` as an exact product of patches."""
     return convolution(input, filters, strides=stride, padding=padding, data_format=data_format,
                        dilations=dilations, name=name)
+
+
+def conv2d_v1(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True, data_format="NHWC",
+              dilations=None, name=None, filters=None):
+    """``tf.compat.v1.nn.conv2d`` as an exact product of patches."""
+    return convolution(input, filter if filters is None else filters, strides=strides, padding=padding,
+                       data_format=data_format, dilations=dilations, name=name)
+
+
+def conv1d_v1(value=None, filters=None, stride=None, padding=None, use_cudnn_on_gpu=None, data_format=None,
+              name=None, input=None, dilations=None):
+    """``tf.compat.v1.nn.conv1d`` as an exact product of patches."""
+    return convolution(value if input is None else input, filters, strides=stride, padding=padding,
+                       data_format=data_format or "NWC", dilations=dilations, name=name)

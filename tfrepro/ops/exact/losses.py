@@ -99,6 +99,12 @@ def _with_softmax_gradient(logits, labels_prob, loss_of, labels=None):
     return xent_with_labels(logits, labels)
 
 
+def _known_rank(logits: tf.Tensor, what: str) -> None:
+    if logits.shape.rank is None:
+        raise NotImplementedError(f"tfrepro exact tier: {what} of logits of unknown rank is not covered (its exact "
+                                  "sum needs the class axis); give the logits a static rank, e.g. with ensure_shape")
+
+
 def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None):
     """``tf.nn.sparse_softmax_cross_entropy_with_logits`` with XLA-invariant bits (module doc).
     Shapes are checked as TF checks them when they are static; a label outside ``[0, classes)``
@@ -111,6 +117,7 @@ def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None
         labels = tf.convert_to_tensor(labels)
         if not labels.dtype.is_integer:
             raise TypeError(f"labels must be int32 or int64; got {labels.dtype.name}")
+        _known_rank(logits, "sparse softmax cross-entropy")
         _sparse_xent_static_shapes(labels, logits)
         classes = tf.shape(logits)[-1]
         chosen = tf.one_hot(labels, classes, on_value=True, off_value=False)
@@ -131,6 +138,7 @@ def softmax_cross_entropy_with_logits(labels, logits, axis=-1, name=None):
         logits = tf.convert_to_tensor(logits)
         labels = tf.convert_to_tensor(labels, dtype=logits.dtype)
         axis = -1 if axis is None else axis
+        _known_rank(logits, "softmax cross-entropy")
         rank = logits.shape.rank
         if axis not in (-1, rank - 1):
             perm = [i for i in range(rank) if i != axis % rank] + [axis % rank]

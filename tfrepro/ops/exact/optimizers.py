@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from tfrepro import _targets
 from tfrepro._import_hooks import call_after_import
 from tfrepro.ops.exact._fixed import compiled, mul
 
@@ -115,9 +116,6 @@ def tf_keras_sgd_update_step(self, gradient, variable) -> None:
          self.momentums[index] if self.momentum != 0 else None)
 
 
-# Modules defining Adam and SGD: Keras 3, tf-keras, the Keras 2 of TF <= 2.15 (2.13+, and before).
-_MODULES = {"Adam": ("keras.src.optimizers.adam", "tf_keras.src.optimizers.adam", "keras.optimizers.adam"),
-            "SGD": ("keras.src.optimizers.sgd", "tf_keras.src.optimizers.sgd", "keras.optimizers.sgd")}
 _UPDATES = {("Adam", 3): adam_update_step, ("SGD", 3): sgd_update_step,
             ("Adam", 2): tf_keras_adam_update_step, ("SGD", 2): tf_keras_sgd_update_step}
 
@@ -129,11 +127,13 @@ def install() -> Callable[[], None]:
     saved = []
     active = [True]
 
-    def replace(name: str) -> Callable:
+    def replace(name: str, key: str) -> Callable:
         def hook(module) -> None:
-            cls = getattr(module, name, None)
-            original = None if cls is None else cls.__dict__.get("update_step")
-            if not active[0] or original is None:
+            if not active[0] or _targets.find(module, key) is None:
+                return
+            cls = getattr(module, name)
+            original = cls.__dict__.get("update_step")
+            if original is None:  # inherited: a subclass of another optimizer, not the one tfrepro replaces
                 return
             arguments = len(inspect.signature(original).parameters) - 1
             saved.append((cls, original))
@@ -141,7 +141,8 @@ def install() -> Callable[[], None]:
 
         return hook
 
-    call_after_import({module: replace(name) for name, modules in _MODULES.items() for module in modules})
+    call_after_import({entry.module: replace(name, entry.key) for name, role in (("Adam", "adam"), ("SGD", "sgd"))
+                       for entry in _targets.for_role(role)})
 
     def undo() -> None:
         active[0] = False

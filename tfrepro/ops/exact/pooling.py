@@ -59,10 +59,11 @@ def _checked(input, ksize, strides, padding, data_format, what: str):
     x = tf.convert_to_tensor(input)
     rank = x.shape.rank
     if rank not in (3, 4):
-        raise NotImplementedError(f"tfrepro exact tier: {what} over {rank}-D input is not covered (3-D and 4-D are)")
+        raise NotImplementedError(f"tfrepro exact tier: {what} over {'unknown-rank' if rank is None else f'{rank}-D'} "
+                                  "input is not covered (3-D and 4-D are)")
     spatial = rank - 2
     channels_first = data_format is not None and data_format.startswith("NC")
-    k, s = _pair(ksize, spatial, "ksize", channels_first), _pair(strides, spatial, "strides", channels_first)
+    k, s = (_pair(ksize, spatial, "ksize", channels_first, what), _pair(strides, spatial, "strides", channels_first, what))
     if k != s:
         raise NotImplementedError(f"tfrepro exact tier: {what} with strides {s} unlike the pool size {k} "
                                   "(overlapping or gapped windows) is not covered")
