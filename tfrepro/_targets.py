@@ -87,6 +87,8 @@ _BREAKS = {
     "control_flow_util": "the exact sums cannot tell whether XLA compiles them",
     "runtime_context": "tfrepro cannot tell whether TF's runtime has started (thread settings may be refused)",
     "config": "tfrepro.status() cannot read op determinism",
+    "dataset_inputs": "pipelines that undo keyed draws (repeat() or cache() after one, two zipped with one key) go "
+                      "unnamed",
 }
 _K3 = "keras.src."
 _TRAINER = _K3 + "backend.tensorflow.trainer"
@@ -137,7 +139,8 @@ INVENTORY: tuple[Target, ...] = (
         "control_flow_graphs": ("tensorflow.python.ops.control_flow_v2_func_graphs", "WhileBodyFuncGraph"),
         "control_flow_util": ("tensorflow.python.ops.control_flow_util", "GraphOrParentsInXlaContext"),
         "runtime_context": ("tensorflow.python.eager.context", "context"),
-        "config": ("tensorflow.python.framework.config", "is_op_determinism_enabled")}),
+        "config": ("tensorflow.python.framework.config", "is_op_determinism_enabled"),
+        "dataset_inputs": ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._inputs")}),
 )
 
 _BY_KEY = {target.key: target for target in INVENTORY}

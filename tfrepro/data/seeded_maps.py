@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfrepro import _tf
-from tfrepro.data import passes
+from tfrepro.data import passes, pipeline_checks
 
 
 def _where_defined(fn: Callable[..., Any]) -> str:
@@ -50,7 +50,9 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     draws can be made without the epochs before it. As for every tf.data random op, TF's global
     seed does not enter (the draws are stateless). `fn` must draw its randomness from `seed` only:
     stateful random ops in it would still run in thread order, or serially under op determinism.
-    `repeat()` after the map starts passes ahead of training: put it before.
+    `repeat()` after the map would start passes ahead of training, whose epochs race with `fit`'s
+    clock: it raises (put it before, or fix `epoch`); `cache()` after it, and `Dataset.zip` of two
+    maps with one key, warn (`tfrepro.data.pipeline_checks`).
 
     Small elements are mapped up to `block` at a time. With a known length, blocks are of the
     largest size up to that which divides it, so that the length stays known. One call of the map's
@@ -114,18 +116,20 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     cardinality = tf.get_static_value(dataset.cardinality())
     count = int(cardinality) if cardinality is not None and 0 <= cardinality <= _SEEDS_AT_ONCE else None
     purpose = ("map_with_seed", key if key is not None else _where_defined(fn))
+    draw = pipeline_checks.Draw(f"map_with_seed (key {purpose[1]!r})", seed, purpose, epoch)
     seeds = functools.partial(passes.element_seeds, seed, purpose, epoch, count)
     if block != 1:
         in_blocks = _in_blocks(tf, dataset, cardinality, call, seeds, block or _BLOCK, calls,
                                None if block else _BLOCKED_BYTES)
         if not isinstance(in_blocks, str):
-            return in_blocks
+            return pipeline_checks.mark(in_blocks, draw, dataset)
         if block is not None:
             raise ValueError(f"map_with_seed cannot map in blocks of {block}: {in_blocks}; pass block=1")
     keyed = tf.data.Dataset.zip((dataset, seeds()))
     # The cardinality asserted before the map: after a parallel map, its per-element check costs
     # more than the map's own overhead.
-    return passes.with_cardinality_of(dataset, keyed).map(call, num_parallel_calls=calls, deterministic=True)
+    return pipeline_checks.mark(passes.with_cardinality_of(dataset, keyed).map(
+        call, num_parallel_calls=calls, deterministic=True), draw, dataset)
 
 
 def _in_blocks(tf: Any, dataset: Any, length: int | None, call: Callable[[Any, Any], Any],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfrepro import _tf
-from tfrepro.data import passes
+from tfrepro.data import passes, pipeline_checks
 
 
 def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str = "shuffle",
@@ -19,8 +19,9 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
     resume needs no replay), where `Dataset.shuffle`'s reshuffle depends on how many passes came
     before. TF's global seed does not enter.
 
-    Use it where a pass starts with an epoch: `repeat()` after it starts passes ahead of training
-    (put `repeat()` before it, or pass `epoch`).
+    Use it where a pass starts with an epoch: `repeat()` after it would start passes ahead of
+    training and raises (put `repeat()` before it, or pass `epoch`); `cache()` after it, and
+    `Dataset.zip` of two shuffles with one seed and key (one permutation), warn.
 
     Args:
         dataset: The `tf.data.Dataset` to shuffle.
@@ -68,5 +69,7 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
             seed2=key[1], reshuffle_each_iteration=False, **dataset._flat_structure)
         return tf.data.experimental.from_variant(variant, dataset.element_spec)
 
-    return passes.with_cardinality_of(dataset, passes.keyed_pass(one_pass, seed, ("shuffle", key), epoch))
+    draw = pipeline_checks.Draw(f"tfrepro.data.shuffle (key {key!r})", seed, ("shuffle", key), epoch)
+    return pipeline_checks.mark(passes.with_cardinality_of(dataset, passes.keyed_pass(one_pass, seed, ("shuffle", key),
+                                                                                      epoch)), draw, dataset)
 

@@ -1,0 +1,68 @@
+"""Pipelines that would silently undo keyed draws are named as they are built
+(``tfrepro.data.pipeline_checks``): ``repeat()`` after a draw keyed by the training epoch raises,
+``cache()`` after one and ``zip`` of two draws with one key warn, and each shows the symptom it names."""
+
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfrepro.data
+from tfrepro.errors import ReproducibilityWarning
+
+
+def _numbers(seed=1, **kwargs):
+    data = tf.data.Dataset.range(8).map(lambda x: tf.cast(x, tf.float32))
+    return tfrepro.data.map_with_seed(data, lambda x, s: x + tf.random.stateless_uniform([], s), seed=seed, **kwargs)
+
+
+def _values(dataset):
+    return np.array(list(dataset.as_numpy_iterator()))
+
+
+def test_repeat_after_a_draw_keyed_by_the_training_epoch_raises_and_before_it_does_not():
+    with pytest.raises(ValueError, match=r"repeat\(\) after map_with_seed .* races with fit's clock"):
+        _numbers(key="aug").batch(2).repeat()
+    with pytest.raises(ValueError, match=r"repeat\(\) after tfrepro.data.shuffle \(key 'shuffle'\)"):
+        tfrepro.data.shuffle(tf.data.Dataset.range(8), 8, seed=1).repeat(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _numbers(key="aug").repeat(1)  # one pass: nothing starts ahead
+        _numbers(key="aug", epoch=4).repeat()  # a fixed epoch reads no clock
+        data = tf.data.Dataset.range(8).repeat()  # repeat() before the draw: the documented way
+        tfrepro.data.map_with_seed(data, lambda x, s: x, seed=1, key="after").take(3)
+
+
+def test_cache_after_a_keyed_draw_warns_and_would_freeze_its_first_epoch():
+    keyed = _numbers(key="frozen")
+    with pytest.warns(ReproducibilityWarning, match=r"cache\(\) after map_with_seed \(key 'frozen'\)"):
+        cached = keyed.cache()
+    tfrepro.data.set_epoch(0)
+    try:
+        first = _values(cached)
+        tfrepro.data.set_epoch(1)
+        assert np.array_equal(_values(cached), first)  # the symptom: epoch 1 got epoch 0's draws
+        assert not np.array_equal(_values(keyed), first)  # uncached, epoch 1 draws anew
+    finally:
+        tfrepro.data.set_epoch(0)
+
+
+def test_zip_of_two_draws_with_one_key_warns_and_they_are_the_same():
+    with pytest.warns(ReproducibilityWarning, match="Dataset.zip of 2 datasets built on map_with_seed"):
+        views = tf.data.Dataset.zip((_numbers(key="view"), _numbers(key="view")))
+    first, second = zip(*views.as_numpy_iterator())
+    assert np.array_equal(first, second)  # the symptom: two "random" views, one draw
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        distinct = tf.data.Dataset.zip((_numbers(key="view 1"), _numbers(key="view 2")))
+    first, second = zip(*distinct.as_numpy_iterator())
+    assert not np.array_equal(first, second)
+    with pytest.warns(ReproducibilityWarning, match=r"tfrepro.data.shuffle \(key 'shuffle'\)"):
+        tf.data.Dataset.zip((tfrepro.data.shuffle(tf.data.Dataset.range(8), 8, seed=2),
+                             tfrepro.data.shuffle(tf.data.Dataset.range(8, 16), 8, seed=2)))
+
+
+def test_one_key_applied_twice_in_a_row_warns():
+    with pytest.warns(ReproducibilityWarning, match="already built on a draw with the same seed and key"):
+        tfrepro.data.map_with_seed(_numbers(key="twice"), lambda x, s: x, seed=1, key="twice")
