@@ -426,3 +426,32 @@ def test_cross_entropy_checks_shapes_and_gives_labels_their_gradient():
         assert np.abs(np.asarray(mine) - np.asarray(theirs)).max() <= 1e-6
     v1 = losses.softmax_cross_entropy_with_logits_v1(labels, logits, dim=-1)
     assert bits(v1) == bits(ours)
+
+
+@pytest.mark.parametrize("through", ["matmul", "conv2d", "xent"])
+def test_a_second_order_gradient_is_refused_by_name_not_silently_zero(through):
+    """A gradient penalty (WGAN-GP) differentiates a gradient: through the tier's fixed-point
+    gradients it would be zero, None or wrong, so it raises where TF builds it (traced: before a step)."""
+    import tfrepro
+
+    x = tf.constant(_scaled((4, 2, 2, 3), 1))
+    w = tf.Variable(_scaled((3, 3, 3, 2), 1) if through == "conv2d" else _scaled((3, 2), 1))
+    layer = {"matmul": lambda v: tf.matmul(tf.reshape(v, [-1, 3]), w),
+             "conv2d": lambda v: tf.nn.conv2d(v, w, 1, "SAME"),
+             "xent": lambda v: tf.nn.sparse_softmax_cross_entropy_with_logits(
+                 tf.zeros([16], tf.int32), tf.reshape(v, [-1, 3]) * w[:, 0])}[through]
+
+    def penalty():
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                y = tf.reduce_sum(layer(x) ** 2)
+            p = tf.reduce_sum(inner.gradient(y, x) ** 2)
+        return outer.gradient(p, w)
+
+    control = penalty()  # TF's ops: a real, non-zero second-order gradient
+    assert control is not None and float(tf.reduce_max(tf.abs(control))) > 0
+    with tfrepro.patched(0, ops="exact"):
+        for run in (penalty, tf.function(penalty)):
+            with pytest.raises(NotImplementedError, match="second-order gradient through"):
+                run()

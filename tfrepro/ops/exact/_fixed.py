@@ -284,6 +284,24 @@ def exact_batch_sum(x: tf.Tensor, axes: list[int], replicas: Replicas | None = N
     return result if replicas is None else replicas.first_only(result)
 
 
+def first_order_only(gradient: tf.Tensor, what: str) -> tf.Tensor:
+    """``gradient`` (one the exact tier computed in fixed point), whose own gradient refuses by name:
+    quantising and rounding have no useful gradient, so a second-order gradient through it (a
+    gradient penalty, a Hessian-vector product) would be silently zero, None or wrong. The refusal
+    is raised where TF builds that gradient: when a ``tf.function`` is traced, before any step."""
+    @tf.custom_gradient
+    def identity(value):
+        def refuse(upstream):
+            raise NotImplementedError(
+                f"tfrepro exact tier: a second-order gradient through {what} is not covered (its gradient is an "
+                "exact fixed-point sum, which has no gradient of its own); a gradient penalty or a Hessian-vector "
+                "product needs patch(ops='auto')")
+
+        return tf.identity(value), refuse
+
+    return identity(gradient)
+
+
 def barrier(p: tf.Tensor) -> tf.Tensor:
     """Float64 ``p`` rounded to 48 significant bits through its integer bits (module doc), so that
     no compiler can fuse the multiply that made ``p`` into a following add. NaN stays NaN."""

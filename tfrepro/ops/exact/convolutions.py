@@ -113,7 +113,8 @@ def _conv2d_nhwc(x: tf.Tensor, kernel: tf.Tensor, strides: list[int], dilations:
             dx = _input_gradient(dy, weights, tf.shape(inputs), dilations, strides, padding)
             dw = _fixed.exact_matmul(tf.transpose(rows), tf.reshape(dy, tf.stack([-1, shape[-1]])),
                                      weight_gradient_replicas(kernel_is_weight))
-            return dx, tf.reshape(dw, shape)
+            return (_fixed.first_order_only(dx, "a convolution"),
+                    _fixed.first_order_only(tf.reshape(dw, shape), "a convolution"))
 
         return out, grad
 

@@ -76,7 +76,8 @@ def _with_softmax_gradient(logits, labels_prob, loss_of, labels=None):
 
         def logits_grad(dloss):
             softmax = e / total
-            return tf.cast((softmax - labels_prob(z)) * tf.cast(dloss, tf.float64)[..., None], dtype)
+            return _fixed.first_order_only(tf.cast((softmax - labels_prob(z)) * tf.cast(dloss, tf.float64)[..., None],
+                                                   dtype), "a softmax cross-entropy")
 
         def labels_grad(dloss):
             return -(shifted - log_total) * tf.cast(dloss, tf.float64)[..., None]
