@@ -66,3 +66,25 @@ def test_zip_of_two_draws_with_one_key_warns_and_they_are_the_same():
 def test_one_key_applied_twice_in_a_row_warns():
     with pytest.warns(ReproducibilityWarning, match="already built on a draw with the same seed and key"):
         tfrepro.data.map_with_seed(_numbers(key="twice"), lambda x, s: x, seed=1, key="twice")
+
+
+def test_a_second_pass_while_the_clock_was_never_set_warns_and_draws_the_same(monkeypatch):
+    from tfrepro.data import pipeline_checks
+    from tfrepro.determinism import epochs
+
+    monkeypatch.setattr(epochs, "_moved", False)  # a fresh custom loop: no fit, no set_epoch yet
+    monkeypatch.setattr(pipeline_checks, "_passes", {})
+    keyed = _numbers(key="loop")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = _values(keyed)  # one pass: nothing to say
+    with pytest.warns(ReproducibilityWarning, match=r"a second pass over map_with_seed \(key 'loop'\) began while"):
+        second = _values(keyed)
+    assert np.array_equal(first, second)  # the symptom: the same augmentation every epoch
+    tfrepro.data.set_epoch(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not np.array_equal(_values(keyed), first)  # the fix: a new epoch draws anew, silently
+    finally:
+        tfrepro.data.set_epoch(0)

@@ -11,6 +11,10 @@ element. Three ways of building on one break that without an error anywhere:
   views, two ``shuffle`` calls with the default key) gives both the same numbers, and so does a
   draw applied on top of one with the same seed and key: warned about (give each its own ``key``).
 
+A fourth is only seen as it runs: a second pass over a draw keyed by the training epoch while the
+epoch clock was never set (a custom loop without ``tfrepro.data.set_epoch``) draws what the first
+drew; it is warned about when its iterator is made (``Dataset.__iter__``).
+
 ``mark`` registers a keyed dataset; the checks walk a dataset's inputs (``DatasetV2._inputs``, a
 ``_targets`` entry) to the marked ones. They are put on ``tf.data.Dataset`` the first time a keyed
 dataset is made, and cost nothing for pipelines without one.
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfrepro import _targets, _tf
+from tfrepro.determinism import epochs
 from tfrepro.errors import warn
 
 
@@ -40,6 +45,7 @@ class Draw:
 
 _marked: weakref.WeakKeyDictionary[Any, Draw] = weakref.WeakKeyDictionary()
 _installed = False
+_passes: dict[tuple[int, tuple[int | str, ...]], int] = {}  # passes begun per (seed, key) while the clock was never set
 
 
 def mark(dataset: Any, draw: Draw, source: Any) -> Any:
@@ -88,7 +94,7 @@ def _install() -> None:
         return
     _installed = True
     dataset = _tf.import_tf().data.Dataset
-    original_repeat, original_cache = dataset.repeat, dataset.cache
+    original_repeat, original_cache, original_iter = dataset.repeat, dataset.cache, dataset.__iter__
     original_zip = dataset.__dict__["zip"].__func__
 
     @functools.wraps(original_repeat)
@@ -125,7 +131,20 @@ def _install() -> None:
                  "each its own key=")
         return original_zip(*args, **kwargs)
 
-    dataset.repeat, dataset.cache, dataset.zip = repeat, cache, staticmethod(zip)
+    @functools.wraps(original_iter)
+    def __iter__(self: Any) -> Any:
+        if not epochs.was_set():
+            for draw in draws_in(self):
+                key = (draw.seed, draw.purpose)
+                if draw.epoch is None and _passes.setdefault(key, 0) < 2:
+                    _passes[key] += 1
+                    if _passes[key] == 2:
+                        warn(f"a second pass over {draw.what} began while the epoch clock was never set (no fit, no "
+                             "tfrepro.data.set_epoch): it draws what the first pass drew; in a custom training loop "
+                             "call tfrepro.data.set_epoch(epoch) before each epoch, or pass epoch= for fixed draws")
+        return original_iter(self)
+
+    dataset.repeat, dataset.cache, dataset.zip, dataset.__iter__ = repeat, cache, staticmethod(zip), __iter__
 
 
 def _names(draws: list[Draw]) -> str:

@@ -32,6 +32,7 @@ from tfrepro._import_hooks import call_after_import
 
 _clock: Any = None
 _records_path: str | None = None
+_moved = False  # whether fit or set_epoch has set the clock in this process
 _hooked = False
 
 
@@ -43,7 +44,7 @@ def clock() -> Any:
         with tf.init_scope(), tf.device("/CPU:0"):  # also when first asked for inside a tf.data function
             _clock = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfrepro_epoch")
             _follow_fit_epochs()
-            _set(0)
+            _set(0, moved=False)
     return _clock
 
 
@@ -55,8 +56,9 @@ def records() -> Any:
     return tf.data.FixedLengthRecordDataset(_records_path, 8).map(lambda record: tf.io.decode_raw(record, tf.int64)[0])
 
 
-def _set(epoch: int) -> None:
-    global _records_path
+def _set(epoch: int, moved: bool = True) -> None:
+    global _records_path, _moved
+    _moved = _moved or moved
     tf = _tf.import_tf()
     clock().assign(epoch)
     if _records_path is None:
@@ -67,6 +69,11 @@ def _set(epoch: int) -> None:
     with tf.io.gfile.GFile(written, "wb") as f:
         f.write(int(epoch).to_bytes(8, "little", signed=True))
     tf.io.gfile.rename(written, _records_path, overwrite=True)  # a reader sees the old epoch or the new
+
+
+def was_set() -> bool:
+    """Whether ``fit`` or ``set_epoch`` has set the clock in this process (its 0 at creation does not count)."""
+    return _moved
 
 
 def set_epoch(epoch: int) -> None:
