@@ -46,10 +46,19 @@ class _CallAfterLoading(importlib.abc.Loader):
 class _PostImportFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: it asks the finders after it, and wraps the loader of a hooked module.
     A hook is used up only when its module is actually executed (``importlib.util.find_spec``, an
-    "is it installed?" check, loads nothing and keeps it)."""
+    "is it installed?" check, loads nothing and keeps it). One finder holds every pending hook
+    (``_FINDER``): two finders asking each other for one name would never return."""
 
-    def __init__(self, hooks: dict[str, Hook], around: dict[str, Callable[[], ContextManager[Any]]]):
-        self._hooks, self._around = hooks, around
+    def __init__(self) -> None:
+        self._hooks: dict[str, list[Hook]] = {}
+        self._around: dict[str, list[Callable[[], ContextManager[Any]]]] = {}
+
+    def add(self, name: str, hook: Hook, around: Callable[[], ContextManager[Any]] | None) -> None:
+        self._hooks.setdefault(name, []).append(hook)
+        if around is not None:
+            self._around.setdefault(name, []).append(around)
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname not in self._hooks:
@@ -69,15 +78,20 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
         return None
 
     def around(self, name: str) -> ContextManager[Any]:
-        context = self._around.pop(name, None)
-        return context() if context is not None else contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        for context in self._around.pop(name, []):
+            stack.enter_context(context())
+        return stack
 
     def loaded(self, module: ModuleType) -> None:
-        hook = self._hooks.pop(module.__name__, None)
+        hooks = self._hooks.pop(module.__name__, [])
         if not self._hooks and self in sys.meta_path:
             sys.meta_path.remove(self)
-        if hook is not None:
+        for hook in hooks:
             hook(module)
+
+
+_FINDER = _PostImportFinder()
 
 
 def call_after_import(hooks: Mapping[str, Hook],
@@ -97,9 +111,8 @@ def call_after_import(hooks: Mapping[str, Hook],
             _defer(name, hook)
         else:
             hook(module)
-    if pending:
-        contexts = {name: context for name, context in (around or {}).items() if name in pending}
-        sys.meta_path.insert(0, _PostImportFinder(pending, contexts))
+    for name, hook in pending.items():
+        _FINDER.add(name, hook, (around or {}).get(name))
 
 
 def _initializing(module: ModuleType) -> bool:

@@ -6,6 +6,7 @@ show what Keras does without it."""
 from __future__ import annotations
 
 import json
+import warnings
 import sys
 
 import numpy as np
@@ -247,3 +248,31 @@ def test_keyed_init_tells_same_named_cells_apart_and_takes_positional_initialise
             layer.build((4,))
             made.append(layer.w.numpy())
     assert np.array_equal(made[0], made[1])
+
+
+def test_two_towers_with_one_key_are_named_when_fit_begins_and_a_shared_layer_is_not(keras):
+    """Two towers built by one function with the same layer names get one key per weight under
+    init="keyed", so they start identical: fit names them before its first step."""
+    from tfrepro.errors import ReproducibilityWarning
+
+    x, y = np.ones((8, 3), "float32"), np.ones((8, 4), "float32")
+    with tfrepro.patched(3, init="keyed"):
+        def tower(name):
+            inputs = keras.Input((3,))
+            body = keras.layers.Dense(2, name="body")(inputs)
+            return keras.Model(inputs, body, name=name)
+
+        left, right = tower("left"), tower("right")
+        assert np.array_equal(left.get_layer("body").kernel.numpy(), right.get_layer("body").kernel.numpy())  # symptom
+        inputs = keras.Input((3,))
+        model = keras.Model(inputs, keras.layers.Concatenate()([left(inputs), right(inputs)]))
+        model.compile("sgd", "mse")
+        with pytest.warns(ReproducibilityWarning, match=r'init="keyed": 2 weights of this model .* have one key'):
+            model.fit(x, y, epochs=1, verbose=0)
+        shared = keras.layers.Dense(4, name="shared")  # one layer used twice: one variable, nothing to name
+        inputs = keras.Input((3,))
+        reused = keras.Model(inputs, keras.layers.Add()([shared(inputs), shared(inputs)]))
+        reused.compile("sgd", "mse")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ReproducibilityWarning)
+            reused.fit(x, y, epochs=1, verbose=0)

@@ -24,12 +24,14 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import weakref
 from types import ModuleType
 from typing import Any
 
 from tfrepro import _targets, _tf
 from tfrepro._import_hooks import call_after_import
 from tfrepro.determinism import seeding, state
+from tfrepro.errors import warn
 
 SCHEMES = ("order", "keyed")
 _hooked = False
@@ -50,6 +52,29 @@ def follow_the_scheme() -> None:
     _hooked = True
     call_after_import({entry.module: functools.partial(_rebind, key=entry.key)
                        for entry in _targets.for_role("add_weight")})
+    call_after_import({entry.module: functools.partial(_check_at_train_begin, key=entry.key)
+                       for entry in _targets.for_role("epochs")})
+
+
+def _check_at_train_begin(module: ModuleType, key: str) -> None:
+    """``fit``'s callback list names the weights that started identical (``warn_about_shared_keys``)
+    as training begins."""
+    if _targets.find(module, key) is None:
+        return
+    callback_list = module.CallbackList
+    original = callback_list.on_train_begin
+    if getattr(original, "_tfrepro_checks_keys", False):
+        return
+
+    @functools.wraps(original)
+    def on_train_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
+        model = getattr(self, "model", None)
+        if model is not None:
+            warn_about_shared_keys(model)
+        return original(self, *args, **kwargs)
+
+    on_train_begin._tfrepro_checks_keys = True  # type: ignore[attr-defined]
+    callback_list.on_train_begin = on_train_begin
 
 
 def _rebind(module: ModuleType, key: str) -> None:
@@ -72,8 +97,8 @@ def _rebind(module: ModuleType, key: str) -> None:
         arguments.update(zip(("shape", "initializer", "dtype"), positional))
         count = self.__dict__.get("_tfrepro_weights_added", 0)
         self.__dict__["_tfrepro_weights_added"] = count + 1
-        keyed = _keyed_initializer(initializers, arguments, seeding.derive_seed(
-            active.seed, "init", _layer_path(root, self), arguments.get("name") or f"#{count}"))
+        path, weight = _layer_path(root, self), arguments.get("name") or f"#{count}"
+        keyed = _keyed_initializer(initializers, arguments, seeding.derive_seed(active.seed, "init", path, weight))
         if keyed is None:
             return original(self, *args, **kwargs)
         if len(positional) > 1:
@@ -81,10 +106,43 @@ def _rebind(module: ModuleType, key: str) -> None:
             bound.arguments["args"] = tuple(positional)
         else:
             bound.arguments["initializer"] = keyed
-        return original(*bound.args, **bound.kwargs)
+        variable = original(*bound.args, **bound.kwargs)
+        _KEYS[id(variable)] = (f"{path}/{weight}", weakref.ref(variable))
+        return variable
 
     add_weight._tfrepro_keyed = True  # type: ignore[attr-defined]
     layer_class.add_weight = add_weight
+
+
+# id(variable) -> (its key, a weak reference to it): the keys given by add_weight, for
+# ``shared_keys``. An entry whose variable is gone is dropped as it is found.
+_KEYS: dict[int, tuple[str, Any]] = {}
+
+
+def shared_keys(model: Any) -> list[tuple[str, list[str]]]:
+    """The keys that two or more distinct variables of ``model`` got from ``init="keyed"``, with
+    their paths: such weights started with the same values (two towers built by one function with
+    the same layer names, say). Empty when every key is its own."""
+    by_key: dict[str, list[str]] = {}
+    for variable in getattr(model, "weights", []):
+        entry = _KEYS.get(id(variable))
+        if entry is None or entry[1]() is not variable:
+            continue
+        by_key.setdefault(entry[0], []).append(getattr(variable, "path", None) or variable.name)
+    return [(key, paths) for key, paths in by_key.items() if len(paths) > 1]
+
+
+def warn_about_shared_keys(model: Any) -> None:
+    """Under ``init="keyed"``, name the weights of ``model`` that started identical (``shared_keys``)."""
+    active = state.active()
+    if active is None or active.init != "keyed":
+        return
+    shared = shared_keys(model)
+    if shared:
+        key, paths = shared[0]
+        warn(f'init="keyed": {len(paths)} weights of this model ({", ".join(paths)}) have one key ({key!r}: the same '
+             "layer path and weight name), so they started with the same values; give their layers distinct names"
+             + (f" ({len(shared) - 1} more key(s) shared)" if len(shared) > 1 else ""))
 
 
 def _layer_path(keras: ModuleType, layer: Any) -> str:
