@@ -67,3 +67,34 @@ def test_a_renamed_module_is_named_when_its_distribution_has_loaded(fresh_record
     with pytest.warns(ReproducibilityWarning, match="renamed_in_a_later_release"):
         _targets.check_modules(entry.distribution)
     assert list(_targets.missing()) == [moved.name]
+
+
+def test_every_internal_call_site_that_patch_ops_rebinds_resolves_where_expected():
+    from tfrepro.ops import exact, rebinding
+
+    unresolved = []
+    for op, (_, targets) in {**rebinding.TABLE, **exact.table()}.items():
+        for target in (t for t in targets if ":" in t):
+            entry = rebinding.internal_target(op, target)
+            if not _targets.expected(entry):
+                continue
+            try:
+                owner, attribute = rebinding._owner(target)
+                for part in attribute.split("."):
+                    owner = getattr(owner, part)
+            except (AttributeError, ImportError) as exc:
+                unresolved.append(f"{target}: {exc}")
+    assert unresolved == []
+
+
+def test_a_missing_internal_call_site_is_named(fresh_record, monkeypatch):
+    from tensorflow.python.ops import math_ops
+
+    import tfrepro
+    from tfrepro.ops import rebinding
+
+    monkeypatch.delattr(math_ops, "segment_mean")  # as a release without that call site would be
+    with pytest.warns(ReproducibilityWarning, match="math_ops.segment_mean is missing"):
+        undo = rebinding.rebind(["segment_mean"])
+    undo()
+    assert "tensorflow.python.ops.math_ops.segment_mean" in tfrepro.status()["hooks"].value

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import importlib
 import importlib.abc
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
@@ -79,8 +81,12 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 
     def around(self, name: str) -> ContextManager[Any]:
         stack = contextlib.ExitStack()
-        for context in self._around.pop(name, []):
-            stack.enter_context(context())
+        try:
+            for context in self._around.pop(name, []):
+                stack.enter_context(context())
+        except BaseException:
+            stack.close()
+            raise
         return stack
 
     def loaded(self, module: ModuleType) -> None:
@@ -101,7 +107,8 @@ def call_after_import(hooks: Mapping[str, Hook],
     module executes in (not entered for a module loaded already). A hook that raises makes the
     import raise. A module that is still executing (it imported the caller: Keras 3 imports
     TensorFlow halfway through its own import) gets its hook at the first import statement after it
-    has finished, which is before the code that imported it goes on."""
+    has finished (``run_deferred``): Keras goes on importing after its backend has loaded, so hooks
+    on Keras's modules run before ``import keras`` returns."""
     pending = {}
     for name, hook in hooks.items():
         module = sys.modules.get(name)
@@ -119,39 +126,54 @@ def _initializing(module: ModuleType) -> bool:
     return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
-# Hooks of modules that were still executing when they were asked for, run by ``_importing``.
+# Hooks of modules that were still executing when they were asked for, run by ``run_deferred``.
 _deferred: list[tuple[str, Hook]] = []
 _builtin_import: Callable[..., ModuleType] | None = None
+_lock = threading.RLock()
 
 
 def _defer(name: str, hook: Hook) -> None:
     global _builtin_import
-    _deferred.append((name, hook))
-    if _builtin_import is None:
-        _builtin_import = builtins.__import__
-        builtins.__import__ = _importing
+    with _lock:
+        _deferred.append((name, hook))
+        if _builtin_import is None:
+            _builtin_import = builtins.__import__
+            builtins.__import__ = _importing
 
 
 def _importing(*args: Any, **kwargs: Any) -> ModuleType:
-    """``__import__`` while hooks are deferred: each import statement, then the hooks whose module
-    has finished executing (or failed to); the original ``__import__`` is back once none is left."""
-    assert _builtin_import is not None
+    """``__import__`` while hooks are deferred: each import statement, then ``run_deferred``. The
+    original ``__import__`` is back once no hook is left (another thread may put it back meanwhile)."""
+    original = _builtin_import or (builtins.__import__ if builtins.__import__ is not _importing
+                                   else importlib.__import__)
     try:
-        return _builtin_import(*args, **kwargs)
+        return original(*args, **kwargs)
     finally:
-        _run_deferred()
+        run_deferred()
 
 
-def _run_deferred() -> None:
+def run_deferred() -> None:
+    """Run the deferred hooks whose module has finished executing (one that failed to import drops
+    its hooks, as the importer sees the failure). Import statements run it, so a hook runs at the
+    first import statement after its module has finished: for a module that the outermost import
+    statement loads last, that is the next import statement anywhere, or a call of this function
+    (``tfrepro.status()`` and ``patch`` make one). A hook that raises is warned about, by name; the
+    import statement that ran it, which has nothing to do with it, goes on."""
     global _builtin_import
-    ready = [(name, hook) for name, hook in _deferred if not _initializing(sys.modules.get(name))]
-    if not ready:
-        return
-    for item in ready:
-        _deferred.remove(item)
-    if not _deferred and builtins.__import__ is _importing:
-        builtins.__import__, _builtin_import = _builtin_import, None
+    with _lock:
+        ready = [(name, hook) for name, hook in _deferred if not _initializing(sys.modules.get(name))]
+        for item in ready:
+            _deferred.remove(item)
+        if not _deferred and _builtin_import is not None:
+            if builtins.__import__ is _importing:
+                builtins.__import__ = _builtin_import
+            _builtin_import = None
     for name, hook in ready:
         module = sys.modules.get(name)
-        if module is not None:  # None: its import failed, and the failure is the importer's to see
+        if module is None:
+            continue
+        try:
             hook(module)
+        except Exception as exc:  # noqa: BLE001  (any failure, named: the hook's own import is long over)
+            warn(f"tfrepro's hook on {name} failed after {name} had loaded, so what it sets up is not in place: "
+                 f"{type(exc).__name__}: {exc}")

@@ -1,4 +1,4 @@
-"""Every TensorFlow and Keras internal that tfrepro reaches into, in one inventory.
+"""Every TensorFlow and Keras internal that tfrepro's hooks reach into, in one inventory.
 
 ``patch`` works by putting hooks on names that TF and Keras do not promise to keep: a data
 adapter's method, a backend module's seed state, a strategy's constructor. A release that renames
@@ -7,6 +7,10 @@ versions it is expected in and what breaks without it, and every hook looks its 
 ``find``: a target that is missing where it is expected is warned about by name, once, and listed
 by ``missing()``, which ``tfrepro.status()`` reports. ``audit()`` imports and resolves every target
 expected on the installed versions (``tests/test_targets.py`` runs it on every CI leg).
+
+The call sites that ``patch(ops=...)`` rebinds are listed with their ops in
+``tfrepro.ops.rebinding.TABLE`` (and the exact tier's table); a missing internal one is reported
+here the same way (``report``), and ``tests/test_targets.py`` resolves them too.
 
 Version ranges are ``(first, stop)`` on ``(major, minor)``, ``stop`` exclusive (None: still there).
 Where a range starts earlier than the releases CI installs (TF 2.12 and 2.21, Keras 2.12, 3.15 and
@@ -144,7 +148,7 @@ INVENTORY: tuple[Target, ...] = (
 )
 
 _BY_KEY = {target.key: target for target in INVENTORY}
-_missing: dict[str, str] = {}  # key -> what was found instead; the process's record, reported by status()
+_missing: dict[str, tuple[str, str]] = {}  # key -> (name, what was found); the process's record, for status()
 
 
 def target(key: str) -> Target:
@@ -164,10 +168,16 @@ def key_for(role: str) -> str:
 
 
 def installed_version(distribution: str) -> Version | None:
-    """``(major, minor)`` of the installed ``distribution`` ("tensorflow", "keras", "tf_keras")."""
+    """``(major, minor)`` of ``distribution`` ("tensorflow", "keras", "tf_keras"): the loaded
+    module's own version where it is loaded (keras-nightly installed over keras leaves both
+    distributions' metadata), else the installed package's."""
     if distribution == "tensorflow":
         return _tf.parse_version(_tf.installed_tf_version())
-    names = ("keras", "keras-nightly") if distribution == "keras" else ("tf-keras", "tf_keras", "tf-keras-nightly")
+    for module in (f"{distribution}.src.version", distribution):
+        loaded = getattr(sys.modules.get(module), "__version__", None)
+        if isinstance(loaded, str):
+            return _tf.parse_version(loaded)
+    names = ("keras-nightly", "keras") if distribution == "keras" else ("tf-keras-nightly", "tf-keras", "tf_keras")
     return _tf.parse_version(_tf.distribution_version(*names))
 
 
@@ -195,10 +205,17 @@ def find(module: ModuleType, key: str) -> Any:
         return None
 
 
+def report(entry: Target, found: str) -> None:
+    """Warn about ``entry``, missing (``found`` says what is there instead), once and by name, and
+    record it for ``status()``, where the installed release should have it. For the call sites that
+    ``patch(ops=...)`` rebinds (``tfrepro.ops.rebinding``), which make their own entries."""
+    _report(entry, found)
+
+
 def _report(entry: Target, found: str) -> None:
     if entry.key in _missing or not expected(entry):
         return
-    _missing[entry.key] = found
+    _missing[entry.key] = (entry.name, found)
     version = ".".join(map(str, installed_version(entry.distribution) or ()))
     warn(f"tfrepro: {entry.name} is missing from {entry.distribution} {version} ({found}), so {entry.breaks}. "
          f"tfrepro expects it in {_range(entry)}; pin a {entry.distribution} release in that range, or report it")
@@ -219,7 +236,7 @@ def check_modules(distribution: str) -> None:
     newest = max((entry.versions[1] or (10**6, 0) for entry in mine), default=None)
     if version is not None and (not any(expected(entry) for entry in mine) or version >= newest):
         if distribution not in _missing:
-            _missing[distribution] = f"{distribution} {'.'.join(map(str, version))} is outside every known range"
+            _missing[distribution] = (distribution, f"{'.'.join(map(str, version))} is outside every known range")
             warn(f"tfrepro: no hook of tfrepro knows {distribution} {'.'.join(map(str, version))}, so patch() cannot "
                  f"make its training reproducible; install a release tfrepro supports (docs: install)")
         return
@@ -250,7 +267,7 @@ def watch() -> None:
 
 def missing() -> dict[str, str]:
     """The targets found missing in this process so far, ``{name: what was found}``."""
-    return {(_BY_KEY[key].name if key in _BY_KEY else key): found for key, found in _missing.items()}
+    return dict(_missing.values())
 
 
 def audit(distributions: Iterable[str] = ("tensorflow", "keras", "tf_keras")) -> list[str]:

@@ -42,16 +42,21 @@ def test_conflicting_ops_options_are_named_as_the_user_wrote_them(capsys, script
 
 
 @pytest.mark.parametrize("verb", ["check", "doctor"])
-@pytest.mark.parametrize("option", [["--ops", "exact"], ["--ops"], ["--init", "keyed"], ["--threads", "1"],
-                                    ["--onednn", "off"]])
+@pytest.mark.parametrize("option", [["--ops", "exact"], ["--ops"], ["--init", "keyed"], ["--threads", "1"]])
 def test_no_patch_refuses_the_options_of_the_patch(capsys, script, verb, option):
     err = _usage_error(capsys, verb, "--no-patch", *option, "--", sys.executable, script)
     assert f"so {option[0]} would do nothing" in err
 
 
-def test_a_directory_given_as_the_script_is_named_a_directory(capsys, tmp_path):
+def test_a_directory_given_as_the_script_is_named_a_directory_unless_python_runs_it(capsys, tmp_path):
     err = _usage_error(capsys, "run", "--", sys.executable, str(tmp_path))
-    assert f"{tmp_path} is a directory, not a script" in err
+    assert f"{tmp_path} is a directory without a __main__.py, not a script" in err
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "helper.py").write_text("WORD = 'ran'\n")
+    (app / "__main__.py").write_text("import helper\nprint(helper.WORD)\n")  # sys.path[0] is the folder itself
+    proc = run_tfrepro("run", "--", sys.executable, str(app))
+    assert proc.returncode == 0 and proc.stdout == "ran\n", proc.stderr
 
 
 def test_an_empty_seed_list_is_refused_not_replaced_by_the_default(capsys, script):
@@ -62,6 +67,25 @@ def test_an_empty_seed_list_is_refused_not_replaced_by_the_default(capsys, scrip
 def test_sweep_merge_names_itself(capsys, tmp_path):
     err = _usage_error(capsys, "sweep", "merge", str(tmp_path / "nonexistent"))
     assert err.startswith("tfrepro sweep merge: error:") and "`tfrepro sweep merge --help`" in err
+
+
+def test_the_scripts_own_arguments_are_left_alone_without_a_separator(tmp_path):
+    script = tmp_path / "argv.py"
+    script.write_text("import sys\nprint(sys.argv[1:])\n")
+    for args in (["--ops", "adam"], ["--ops", "exact"], ["--lr", "1", "--ops=fast"]):
+        proc = run_tfrepro("run", sys.executable, str(script), *args)
+        assert proc.returncode == 0 and proc.stdout == f"{args}\n", proc.stderr
+
+
+def test_an_error_before_the_command_names_the_subcommand(capsys, script):
+    err = _usage_error(capsys, "--ops", "banana", "run", "--", sys.executable, script)
+    assert err.startswith("tfrepro run: error: --ops takes no value but exact")
+
+
+def test_no_patch_keeps_onednn_an_environment_variable_applies_without_it():
+    from tfrepro.launching.config import LaunchConfig
+
+    assert LaunchConfig(patch=False, onednn=False).to_env({})["TF_ENABLE_ONEDNN_OPTS"] == "0"
 
 
 def test_the_command_may_still_follow_ops_without_a_separator(script):

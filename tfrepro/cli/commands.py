@@ -63,20 +63,24 @@ _OPS_EXACT = "--ops exact"  # the option ``--ops exact`` becomes (one word: argp
 def _exact_ops(argv: Sequence[str]) -> list[str]:
     """``--ops exact`` (before the command) as one option, which ``_OpsAction`` cannot see. Any other
     word after ``--ops`` that is not an option, ``--`` or the command (a Python interpreter or a
-    script) is a mistaken value: ``LaunchError``."""
+    script) is a mistaken value: ``LaunchError``. The scan stops where the command begins (``--``, or
+    the first interpreter or script): the command's own arguments are left as they are."""
     argv = list(argv)
     for i, word in enumerate(argv):
-        if word == "--":
+        if word == "--" or (i > 0 and _starts_the_command(word)):
             break
         if word == "--ops=exact" or (word == "--ops" and argv[i + 1:i + 2] == ["exact"]):
             return argv[:i] + [_OPS_EXACT] + argv[i + (1 if "=" in word else 2):]
         value = word.partition("=")[2] if word.startswith("--ops=") else (
             argv[i + 1] if word == "--ops" and i + 1 < len(argv) else None)
-        if value is not None and (word.startswith("--ops=") or not (
-                value.startswith("-") or value.endswith(".py") or looks_like_python(value))):
+        if value is not None and (word.startswith("--ops=") or not (value.startswith("-") or _starts_the_command(value))):
             raise LaunchError(f"--ops takes no value but exact: --ops (every op tfrepro.ops has), --ops exact (the "
                               f"exact tier) or --no-ops; got {value!r}")
     return argv
+
+
+def _starts_the_command(word: str) -> bool:
+    return word.endswith(".py") or looks_like_python(word)
 
 
 def _add_launch_options(parser: argparse.ArgumentParser, seed: bool = True) -> None:
@@ -239,8 +243,7 @@ def _refuse_options_without_patch(args: argparse.Namespace) -> None:
     if not args.no_patch:
         return
     given = [name for name, on in (("--ops", args.ops != "auto"), ("--init", args.init != "order"),
-                                   ("--threads", args.threads is not None), ("--onednn", args.onednn is not None))
-             if on]
+                                   ("--threads", args.threads is not None)) if on]  # --onednn is an env var: it applies
     if given:
         raise LaunchError(f"--no-patch runs the script without tfrepro.patch, so {', '.join(given)} would do nothing; "
                           "drop them, or drop --no-patch")
@@ -630,7 +633,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         argv = _exact_ops(argv)
     except LaunchError as exc:
-        return _fail(next((word for word in argv if not word.startswith("-")), "tfrepro"), str(exc))
+        commands = set(parser._subparsers._group_actions[0].choices)  # the subcommands' names
+        return _fail(next((word for word in argv if word in commands), "run"), str(exc))
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # reported by the command's own parser, so that the hint names its --help
         (getattr(args, "parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -106,7 +106,7 @@ def environment_lines(env: dict[str, Any], prefix: str = "") -> str:
         if isinstance(value, dict) and value:
             lines.append(environment_lines(value, f"{name}."))
         else:
-            lines.append(f"{name}: {json.dumps(value) if isinstance(value, (dict, list)) or value is None else value}")
+            lines.append(f"{name}: {value if isinstance(value, str) else json.dumps(value)}")
     return "\n".join(lines)
 
 

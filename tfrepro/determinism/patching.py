@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 
-from tfrepro import _targets, _tf
+from tfrepro import _import_hooks, _targets, _tf
 from tfrepro.determinism import distribution, fit_shuffling, initialisers, reporting, seeding, state, switches
 from tfrepro.errors import warn
 from tfrepro.ops.selection import select_ops, summation_of
@@ -160,6 +160,7 @@ def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], thr
     if switches.plan_for(_tf.installed_tf_version()).call_enable_op_determinism and not _tf.op_determinism_enabled():
         tf.config.experimental.enable_op_determinism()
     _replace_ops(applied, *ops)
+    _import_hooks.run_deferred()
     _targets.watch()
     fit_shuffling.follow_the_seed()
     initialisers.follow_the_scheme()

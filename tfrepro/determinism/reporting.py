@@ -6,7 +6,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tfrepro import _targets, _tf
+from tfrepro import _import_hooks, _targets, _tf
 from tfrepro.determinism import state, switches
 from tfrepro.ops import selection
 
@@ -196,6 +196,7 @@ def _replacements_setting(tf_version: str | None) -> Setting:
 
 
 def _hooks_setting() -> Setting:
+    _import_hooks.run_deferred()  # a hook left to the next import statement runs now
     missing = _targets.missing()
     if missing:
         return Setting("hooks", f"{len(missing)} TF/Keras internal(s) missing: " + ", ".join(missing), False,

@@ -13,6 +13,7 @@ import importlib.machinery
 import os
 import runpy
 import sys
+import zipfile
 from collections.abc import Callable
 from types import ModuleType, TracebackType
 from typing import Any, ContextManager
@@ -104,6 +105,7 @@ def _run(argv: list[str]) -> None:
     else:
         script = argv[0]
         sys.argv = [script, *argv[1:]]
-        if not safe_path:
-            sys.path.insert(0, os.path.dirname(os.path.realpath(script)))  # Python follows symlinks
+        if not safe_path:  # the script's folder (Python follows symlinks); a directory or zipapp: itself
+            real = os.path.realpath(script)
+            sys.path.insert(0, real if os.path.isdir(real) or zipfile.is_zipfile(real) else os.path.dirname(real))
         runpy.run_path(os.path.abspath(script), run_name="__main__")  # __file__ absolute, as in Python

@@ -132,10 +132,9 @@ def _require_tfrepro(head: str, options: tuple[str, ...]) -> None:
 
 
 def _existing_script(path: str) -> str:
-    if Path(path).is_dir():
-        raise LaunchError(f"{path} is a directory, not a script: give the .py file to run, or `python -m package` "
-                          "for a package")
-    if not Path(path).is_file():
+    if Path(path).is_dir() and not (Path(path) / "__main__.py").is_file():
+        raise LaunchError(f"{path} is a directory without a __main__.py, not a script: give the .py file to run")
+    if not Path(path).exists():
         raise LaunchError(f"script not found: {path}")
     return path
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfrepro import _targets
 from tfrepro.errors import warn
 from tfrepro.ops import gathering, image, nn, segment, sparse
 from tfrepro.ops import _exact_sum
@@ -84,6 +85,17 @@ class _ModuleView(types.ModuleType):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__wrapped__, name)
+
+
+# Internal call sites that appeared after TF 2.12 (the oldest supported), with the version they appeared in.
+_INTERNAL_SINCE = {"tensorflow.python.framework.indexed_slices:gen_math_ops.unsorted_segment_sum": (2, 13)}
+
+
+def internal_target(op: str, target: str) -> _targets.Target:
+    """The inventory entry of an internal call site ``target`` ("module:attribute") of ``op``."""
+    module, attribute = target.split(":")
+    return _targets.Target(f"ops:{target}", module, attribute, "tensorflow", (_INTERNAL_SINCE.get(target, (2, 12)), None),
+                           f"patch(ops=...) cannot replace {op} where TF's own code calls it there: TF's kernel runs")
 
 
 def _with_compat_v2(targets: tuple[str, ...]) -> list[str]:
@@ -162,8 +174,12 @@ def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]
                 try:
                     owner, attribute = _owner(target)
                     current = getattr(owner, attribute.split(".")[0])
-                except (AttributeError, ImportError):
-                    continue  # not in this TensorFlow version
+                    if "." in attribute:
+                        getattr(current, attribute.split(".")[1])
+                except (AttributeError, ImportError) as exc:
+                    if ":" in target:  # an internal call site: TF's own kernel would run there, named
+                        _targets.report(internal_target(name, target), f"{type(exc).__name__}: {exc}")
+                    continue  # a public name not in this TensorFlow version
                 bound += 1
                 if "." in attribute:  # an op seen through a generated-op module global
                     module_global, op = attribute.split(".")

@@ -399,7 +399,7 @@ def _static_axes(axis, rank: int | None) -> list[int] | None:
             raise ValueError(f"Invalid reduction dimension {a} for input with {rank} dimensions.")
     normalised = [a % max(rank, 1) for a in axes]
     repeated = next((a for i, a in enumerate(normalised) if a in normalised[:i]), None)
-    if repeated is not None:  # TF's kernel refuses an axis named twice (0 and -rank included)
+    if repeated is not None:  # TF's kernel refuses an axis named twice eagerly; never summed twice here
         if tf.executing_eagerly():
             raise tf.errors.InvalidArgumentError(None, None, f"Axes contains duplicate dimension: {repeated}")
         raise ValueError(f"Axes contains duplicate dimension: {repeated}")

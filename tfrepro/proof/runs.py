@@ -141,7 +141,7 @@ def compare_workers(traces: Sequence[Sequence[Sequence[Trace | PathLike]]]) -> R
         later_runs = compare_runs([run[worker] for run in traces])
         result.fits += [FitComparison(fit.run, fit.fit, fit.comparison, worker) for fit in later_runs.fits]
     if result.workers > 1:
-        result.communicated = any(_built_a_strategy(trace) for trace in traces[0][0])
+        result.communicated = any(_built_a_strategy(trace) for worker in traces[0] for trace in worker)
     return result
 
 

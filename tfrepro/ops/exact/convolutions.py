@@ -140,8 +140,8 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
     if x.shape.rank > rank + 2:  # batch dimensions [B1, B2, ...] as one: a product does not depend on the batch
         batch = tf.shape(x)[:x.shape.rank - rank - 1]
         flat = tf.reshape(x, tf.concat([[-1], tf.shape(x)[x.shape.rank - rank - 1:]], 0))
-        y = convolution(flat, kernel, strides=strides, padding=padding, data_format=data_format,
-                        dilations=dilations, name=name)
+        y = convolution(flat, filters, strides=strides, padding=padding, data_format=data_format,
+                        dilations=dilations, name=name)  # `filters` as given: still known as a weight
         return tf.reshape(y, tf.concat([batch, tf.shape(y)[1:]], 0))
     if not isinstance(padding, str) or padding.upper() not in ("SAME", "VALID"):
         raise NotImplementedError(f"tfrepro exact tier: convolution padding {padding!r} is not covered "
@@ -154,8 +154,6 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
         raise NotImplementedError("tfrepro exact tier: grouped convolution is not covered (groups=1 is)")
     strides = _pair(strides, rank, "strides", channels_first)
     dilations = _pair(dilations, rank, "dilations", channels_first)
-    if any(s > 1 for s in strides) and any(d > 1 for d in dilations):
-        raise ValueError(f"strides {strides} and dilations {dilations}: TF takes one or the other above 1, not both")
     with tf.name_scope(name or "ExactConvolution"):
         if channels_first:
             x = tf.transpose(x, [0, *range(2, rank + 2), 1])
