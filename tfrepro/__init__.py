@@ -26,7 +26,8 @@ from tfrepro._version import __version__
 from tfrepro.determinism.patching import enable_determinism, patch, patched, unpatch
 from tfrepro.determinism.reporting import Report, Setting, status
 from tfrepro.determinism.seeding import derive_seed, rng_state, seed_everything, set_rng_state
-from tfrepro.errors import CheckpointError, DivergenceError, NotComparableError, ReproducibilityWarning
+from tfrepro.errors import (CheckpointError, DivergenceError, NotComparableError, ReproducibilityWarning,
+                            UncoveredOpError)
 from tfrepro.proof.comparison import Comparison, Divergence, compare
 from tfrepro.proof.environment_info import EnvDifference, environment, environment_diff
 from tfrepro.proof.fingerprints import fingerprint
@@ -51,6 +52,7 @@ __all__ = [
     "SweepResult",
     "Trace",
     "TraceError",
+    "UncoveredOpError",
     "Verification",
     "__version__",
     "compare",

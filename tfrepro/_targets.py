@@ -91,6 +91,8 @@ _BREAKS = {
     "control_flow_util": "the exact sums cannot tell whether XLA compiles them",
     "runtime_context": "tfrepro cannot tell whether TF's runtime has started (thread settings may be refused)",
     "config": "tfrepro.status() cannot read op determinism",
+    "trace": "the exact tier cannot audit traced steps: an op it does not cover runs unnamed",
+    "dataset_functions": "the exact tier audits tf.data's functions too, and may refuse a pipeline's ops",
     "dataset_inputs": "pipelines that undo keyed draws (repeat() or cache() after one, two zipped with one key) go "
                       "unnamed",
 }
@@ -144,7 +146,9 @@ INVENTORY: tuple[Target, ...] = (
         "control_flow_util": ("tensorflow.python.ops.control_flow_util", "GraphOrParentsInXlaContext"),
         "runtime_context": ("tensorflow.python.eager.context", "context"),
         "config": ("tensorflow.python.framework.config", "is_op_determinism_enabled"),
-        "dataset_inputs": ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._inputs")}),
+        "dataset_inputs": ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._inputs"),
+        "trace": ("tensorflow.python.framework.func_graph", "func_graph_from_py_func"),
+        "dataset_functions": ("tensorflow.python.data.ops.structured_function", "StructuredFunctionWrapper.__init__")}),
 )
 
 _BY_KEY = {target.key: target for target in INVENTORY}

@@ -55,6 +55,26 @@ class NotComparableError(ValueError):
         super().__init__("not comparable: the models differ: " + "; ".join(mismatch))
 
 
+class UncoveredOpError(NotImplementedError):
+    """A traced step holds ops that the exact tier does not cover, so its bits could differ.
+
+    Raised by `patch(ops="exact")` (the default `on_uncovered="raise"`) when a function that will
+    train is traced, before its first step runs. The message names each op, its layer and the axes
+    (threads, oneDNN, XLA, replicas) across which it can change bits.
+
+    Args:
+        message: The message.
+        uncovered: The ops named, `tfrepro.ops.exact.coverage.Uncovered` each.
+
+    Attributes:
+        uncovered: The list passed in.
+    """
+
+    def __init__(self, message: str, uncovered: list):
+        self.uncovered = uncovered
+        super().__init__(message)
+
+
 class LaunchError(ValueError):
     """A command cannot be launched as given (`tfrepro run`, `check`, `sweep`).
 

@@ -18,7 +18,7 @@ def test_enable_determinism_takes_exactly_what_patch_takes():
 def test_enable_determinism_forwards_every_argument(monkeypatch):
     calls = []
     monkeypatch.setattr(patching, "patch", lambda *args, **kwargs: calls.append((args, kwargs)) or "report")
-    given = dict(threads=2, onednn=False, ops=["bincount"], init="keyed")
+    given = dict(threads=2, onednn=False, ops=["bincount"], init="keyed", on_uncovered="warn")
     assert tfrepro.enable_determinism(9, **given) == "report"
     assert calls == [((9,), given)]
 

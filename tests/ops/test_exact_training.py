@@ -1,12 +1,16 @@
-"""The exact tier's guarantee, in fresh processes, bits compared: the Keras MNIST CNN trained under
+"""The exact tier's guarantee, in fresh processes, bits compared: the Keras MNIST CNN (with a softmax
+Dense layer before its head, and an accuracy metric reading its output softmax) trained under
 ``patch(ops="exact")`` ends on the same weights with 1 thread and oneDNN off as with 2 threads and
 oneDNN on (both axes at once: one process fewer), with XLA off and on, and (without Dropout) on one device and on two MirroredStrategy replicas with the
 same global batch; under ``ops="auto"`` the thread counts give different weights (the negative
-control). Every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads."""
+control). Every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads. Each run
+is audited (``tfrepro.ops.exact.coverage``) and would fail if the audit named an op; with a
+LayerNormalization on two replicas the audit names what breaks before the first step."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -27,12 +31,16 @@ RUNS = {
     "auto2": ["--ops", "auto", "--threads", "2"],
     "no_dropout": ["--no-dropout"],
     "no_dropout_mirrored": ["--no-dropout", "--replicas", "2"],
+    "layer_norm_mirrored": ["--no-dropout", "--replicas", "2", "--layer-norm", "--steps", "1"],
 }
+REFUSED = {"layer_norm_mirrored"}  # runs that the exact tier's audit must refuse before the first step
 
 
-def _train(args: list[str]) -> dict:
+def _train(args: list[str], refused: bool = False) -> dict:
     proc = subprocess.run([sys.executable, str(SCRIPTS / "exact_cnn.py"), "--steps", "3", *args], env=clean_env(),
                           capture_output=True, text=True, timeout=900, check=False)
+    if refused:
+        return {"returncode": proc.returncode, "stderr": proc.stderr, "stdout": proc.stdout}
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -40,7 +48,7 @@ def _train(args: list[str]) -> dict:
 @pytest.fixture(scope="module")
 def trained():
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(_train, args) for name, args in RUNS.items()}
+        futures = {name: pool.submit(_train, args, name in REFUSED) for name, args in RUNS.items()}
         return {name: future.result() for name, future in futures.items()}
 
 
@@ -49,6 +57,7 @@ def test_the_exact_tier_gives_the_same_weights(trained, variant):
     assert trained["xla"]["jit"] and not trained["base"]["jit"]  # XLA did compile fit's step (Keras 3 resets it)
     assert trained[variant]["weights"] == trained["base"]["weights"]
     assert trained[variant]["digest"] == trained["base"]["digest"]
+    assert (trained[variant]["loss"], trained[variant]["accuracy"]) == (trained["base"]["loss"], trained["base"]["accuracy"])
 
 
 def test_auto_gives_different_weights_across_thread_counts_negative_control(trained):
@@ -58,6 +67,18 @@ def test_auto_gives_different_weights_across_thread_counts_negative_control(trai
 def test_one_device_and_two_replicas_give_the_same_weights(trained):
     assert trained["no_dropout_mirrored"]["replicas"] == 2
     assert trained["no_dropout_mirrored"]["weights"] == trained["no_dropout"]["weights"]
+
+
+def test_a_gradient_summed_across_replicas_in_float_is_named_before_the_first_step(trained):
+    """LayerNormalization's gamma and beta gradients are per-replica partial sums that the strategy
+    adds in float (another rounding than one device's sum): the audit names that all-reduce for the
+    replicas axis, and the normalisation itself (Keras 3's rsqrt, tf-keras's fused batch norm),
+    before any step (the issue's finding 6)."""
+    run = trained["layer_norm_mirrored"]
+    assert run["returncode"] != 0 and not run["stdout"].strip()
+    assert "UncoveredOpError" in run["stderr"], run["stderr"][-3000:]
+    assert re.search(r"CollectiveReduceV2 in .+? \(can differ across [^)]*replicas", run["stderr"]), run["stderr"][-3000:]
+    assert re.search(r"(Rsqrt|FusedBatchNormV3) in \S*layer_normalization", run["stderr"]), run["stderr"][-3000:]
 
 
 def test_elementwise_ops_give_the_same_bits_at_any_thread_count():

@@ -145,11 +145,13 @@ def test_gradients_of_gradients_build_in_a_tf1_graph_after_it_has_run():
 
 def test_a_huge_num_segments_raises_invalid_argument_when_the_op_runs():
     """TF raises when the op runs, also for a num_segments known when traced (InvalidArgumentError on
-    TF 2.21, ResourceExhaustedError on 2.12); tfrepro's InvalidArgumentError says what it supports."""
+    TF 2.21; ResourceExhaustedError on 2.12, after a 15 s allocation, so not checked there);
+    tfrepro's InvalidArgumentError says what it supports."""
     def op(sum_):
         return tf.function(lambda: sum_(tf.ones([2]), [0, 1], 2**40), autograph=False)
 
-    for sum_, error in ((tf.math.unsorted_segment_sum, tf.errors.OpError),
+    stock = [(tf.math.unsorted_segment_sum, tf.errors.OpError)] if _tf.parse_version(tf.__version__) >= (2, 13) else []
+    for sum_, error in (*stock,  # TF 2.12's kernel takes 15 s to fail its allocation: CI's c leg leaves it out
                         (ops.unsorted_segment_sum, tf.errors.InvalidArgumentError),
                         (ops.unsorted_segment_mean, tf.errors.InvalidArgumentError)):
         traced = op(sum_)

@@ -1,7 +1,8 @@
-"""Train the Keras MNIST CNN for a few steps under tfrepro.patch and print its weights' digest.
+"""Train the Keras MNIST CNN, with a softmax Dense layer before its head and an accuracy metric, for a
+few steps under tfrepro.patch and print its weights' digest.
 
 usage: exact_cnn.py [--ops exact|auto] [--threads N] [--onednn on|off] [--jit] [--no-dropout]
-                    [--replicas 1|2] [--steps N]
+                    [--replicas 1|2] [--steps N] [--layer-norm]
 
 --replicas 2 trains under MirroredStrategy over two logical CPU devices with the same global batch.
 """
@@ -18,6 +19,7 @@ parser.add_argument("--jit", action="store_true")
 parser.add_argument("--no-dropout", action="store_true")
 parser.add_argument("--replicas", type=int, default=1)
 parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--layer-norm", action="store_true", help="a LayerNormalization after the convolutions")
 args = parser.parse_args()
 
 import tfrepro  # noqa: E402
@@ -41,10 +43,17 @@ strategy = (tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.repl
             else tf.distribute.get_strategy())
 with strategy.scope():
     model = build_model(tf.keras, dropout=not args.no_dropout)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", jit_compile=args.jit)
+    # a softmax between Dense layers (issue #33's MLP), read by the accuracy metric too
+    hidden = [tf.keras.layers.Dense(16, activation="softmax", name="softmax_hidden")]
+    if args.layer_norm:
+        hidden.append(tf.keras.layers.LayerNormalization())
+    head = tf.keras.layers.Dense(model.layers[-1].units, activation="softmax")
+    model = tf.keras.Sequential([tf.keras.Input(model.input_shape[1:]), *model.layers[:-1], *hidden, head])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"], jit_compile=args.jit)
     if args.jit and not model.jit_compile:  # Keras 3 turns XLA off under op determinism (model_supports_jit),
         model._jit_compile = True  # and its setter too: only the attribute puts fit's step under XLA
 history = model.fit(data.x_train, data.y_train, batch_size=batch, epochs=1, shuffle=False, verbose=0)
 print(json.dumps({"digest": weights_digest(model),
                   "weights": [hashlib.sha256(w.tobytes()).hexdigest()[:12] for w in model.get_weights()], "loss": [float(v) for v in history.history["loss"]],
+                  "accuracy": [float(v) for v in history.history["accuracy"]],
                   "replicas": strategy.num_replicas_in_sync, "jit": bool(model.jit_compile)}))

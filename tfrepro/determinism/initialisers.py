@@ -58,7 +58,8 @@ def follow_the_scheme() -> None:
 
 def _check_at_train_begin(module: ModuleType, key: str) -> None:
     """``fit``'s callback list names the weights that started identical (``warn_about_shared_keys``)
-    as training begins."""
+    as training begins, and, under the exact tier, a ``fit`` whose ops run eagerly, out of its
+    audit's sight (``tfrepro.ops.exact.coverage.check_fit``)."""
     if _targets.find(module, key) is None:
         return
     callback_list = module.CallbackList
@@ -71,6 +72,10 @@ def _check_at_train_begin(module: ModuleType, key: str) -> None:
         model = getattr(self, "model", None)
         if model is not None:
             warn_about_shared_keys(model)
+            if state.active_summation() == "exact_tier":
+                from tfrepro.ops.exact import coverage  # TensorFlow is loaded: Keras is training
+
+                coverage.check_fit(model)
         return original(self, *args, **kwargs)
 
     on_train_begin._tfrepro_checks_keys = True  # type: ignore[attr-defined]

@@ -15,13 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from tfrepro import _import_hooks, _targets, _tf
 from tfrepro.determinism import distribution, fit_shuffling, initialisers, reporting, seeding, state, switches
 from tfrepro.errors import warn
-from tfrepro.ops.selection import select_ops, summation_of
+from tfrepro.ops.selection import check_on_uncovered, select_ops, summation_of
 
 log = logging.getLogger("tfrepro")
 
 
 def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-          ops: bool | str | Sequence[str] = "auto", init: str = "order") -> reporting.Report:
+          ops: bool | str | Sequence[str] = "auto", init: str = "order",
+          on_uncovered: str = "raise") -> reporting.Report:
     """Makes TensorFlow and Keras training deterministic and seeds every RNG.
 
     Call it before the model is built, ideally as the script's first line, before TensorFlow is
@@ -78,6 +79,12 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
             default) draws in creation order, as earlier releases did. `"keyed"` keys it by the seed
             and the weight's layer name and weight name, so that adding or removing other layers
             leaves it unchanged (see `tfrepro.determinism.initialisers`).
+        on_uncovered: Under `ops="exact"`, what happens when a function that will run (`fit`'s
+            step, a `tf.function`) is traced with ops the exact tier does not cover, whose bits can
+            differ across threads, oneDNN, XLA or replicas. `"raise"` (the default) raises
+            `tfrepro.UncoveredOpError` before the function first runs, naming each op, its layer
+            and those axes; `"warn"` names them in a `ReproducibilityWarning` and goes on. See
+            `tfrepro.ops.exact.coverage`. Other `ops` values ignore it.
 
     Returns:
         The `tfrepro.Report` of `tfrepro.status()` after patching.
@@ -85,18 +92,19 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     Raises:
         ValueError: `seed` is not an int in [0, 2**32 - 1], `threads` not a positive int or None,
             `onednn` not True, False or None, `ops` a list naming an op tfrepro does not replace,
-            or `init` neither `"order"` nor `"keyed"`.
+            `init` neither `"order"` nor `"keyed"`, or `on_uncovered` neither `"raise"` nor
+            `"warn"`.
         TypeError: `ops` is none of `"auto"`, `"exact"`, a bool, None or a list (tuple, set) of
             op names.
         ImportError: TensorFlow is not installed, or is older than 2.12, the oldest tfrepro
             supports (the message says what to install).
     """
-    return apply_patch(seed, threads=threads, onednn=onednn, ops=ops, init=init)
+    return apply_patch(seed, threads=threads, onednn=onednn, ops=ops, init=init, on_uncovered=on_uncovered)
 
 
 def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-                ops: bool | str | Sequence[str] = "auto", init: str = "order", warn_late_seeding: bool = True,
-                host_rngs: bool = True) -> reporting.Report:
+                ops: bool | str | Sequence[str] = "auto", init: str = "order", on_uncovered: str = "raise",
+                warn_late_seeding: bool = True, host_rngs: bool = True) -> reporting.Report:
     """``patch``, for tfrepro's own callers. ``warn_late_seeding=False``: the caller clears the Keras
     session and reseeds before building anything (``verify``), so what ran before cannot matter.
     ``host_rngs=False``: Python's and NumPy's RNGs are left as they are (the launcher seeded them
@@ -109,6 +117,7 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
     op_names = select_ops(ops)
     summation = summation_of(ops)
     initialisers.check_scheme(init)
+    check_on_uncovered(on_uncovered)
     if _tf.installed_tf_version() is None:
         _tf.import_tf()  # raises ImportError with the install command
     plan = switches.plan_for(_tf.installed_tf_version())
@@ -128,7 +137,7 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
     if onednn is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
     try:  # all or nothing: on any error (a warning turned into one too), what this call changed is undone
-        late += _apply(seed, env, (op_names, summation), threads, init)
+        late += _apply(seed, env, (op_names, summation), threads, init, on_uncovered)
         if host_rngs:
             seeding.seed_everything(seed)
         else:
@@ -148,10 +157,10 @@ def apply_patch(seed: int = 0, *, threads: int | None = None, onednn: bool | Non
 
 
 def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], threads: int | None = None,
-           init: str = "order") -> list[str]:
+           init: str = "order", on_uncovered: str = "raise") -> list[str]:
     """Apply a patch configuration to the active state (which ``unpatch`` can undo at any point)."""
     applied = state.active()
-    applied.seed, applied.init = seed, init
+    applied.seed, applied.init, applied.on_uncovered = seed, init, on_uncovered
     for name, value in env.items():
         applied.saved_env.setdefault(name, os.environ.get(name))
         os.environ[name] = applied.env[name] = value
@@ -160,6 +169,10 @@ def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], thr
     if switches.plan_for(_tf.installed_tf_version()).call_enable_op_determinism and not _tf.op_determinism_enabled():
         tf.config.experimental.enable_op_determinism()
     _replace_ops(applied, *ops)
+    if applied.summation == "exact_tier":
+        from tfrepro.ops.exact import coverage  # TensorFlow is loaded: rebinding imported it
+
+        coverage.set_policy(on_uncovered)
     _import_hooks.run_deferred()
     _targets.watch()
     fit_shuffling.follow_the_seed()
@@ -170,12 +183,14 @@ def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], thr
     return late
 
 
-_Config = tuple[int, dict[str, str], tuple[tuple[str, ...], str], str]  # (seed, env, (ops, summation), init)
+_Config = tuple[int, dict[str, str], tuple[tuple[str, ...], str], str, str]  # (seed, env, (ops, summation), init,
+# on_uncovered)
 
 
 def _active_config() -> _Config | None:
     active = state.active()
-    return None if active is None else (active.seed, dict(active.env), (active.ops, active.summation), active.init)
+    return None if active is None else (active.seed, dict(active.env), (active.ops, active.summation), active.init,
+                                        active.on_uncovered)
 
 
 def _restore(config: _Config | None) -> None:
@@ -183,13 +198,14 @@ def _restore(config: _Config | None) -> None:
     unpatched for None, without reseeding anything."""
     unpatch()
     if config is not None:
-        seed, env, ops, init = config
+        seed, env, ops, init, on_uncovered = config
         state.set_active(state.PatchState(seed, enabled_op_determinism=not _op_determinism_was_on()))
-        _apply(seed, env, ops, init=init)
+        _apply(seed, env, ops, init=init, on_uncovered=on_uncovered)
 
 
 def enable_determinism(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-                       ops: bool | str | Sequence[str] = "auto", init: str = "order") -> reporting.Report:
+                       ops: bool | str | Sequence[str] = "auto", init: str = "order",
+                       on_uncovered: str = "raise") -> reporting.Report:
     """Makes TensorFlow and Keras training deterministic: `patch`, under NVIDIA's name.
 
     The name that users of NVIDIA's framework-reproducibility package know: a script that calls
@@ -206,6 +222,8 @@ def enable_determinism(seed: int = 0, *, threads: int | None = None, onednn: boo
         ops: Which TF ops to replace with deterministic versions: `"auto"` (the default), `True`,
             a list of names, `"exact"` or `False`. See `patch`.
         init: `"order"` (the default) or `"keyed"` initial weights. See `patch`.
+        on_uncovered: Under `ops="exact"`, `"raise"` (the default) or `"warn"` for ops the exact
+            tier does not cover. See `patch`.
 
     Returns:
         The `tfrepro.Report` of `tfrepro.status()` after patching.
@@ -215,7 +233,7 @@ def enable_determinism(seed: int = 0, *, threads: int | None = None, onednn: boo
         TypeError: `ops` is of the wrong type (see `patch`).
         ImportError: TensorFlow is not installed, or is older than 2.12.
     """
-    return patch(seed, threads=threads, onednn=onednn, ops=ops, init=init)
+    return patch(seed, threads=threads, onednn=onednn, ops=ops, init=init, on_uncovered=on_uncovered)
 
 
 def unpatch() -> reporting.Report:
@@ -256,7 +274,8 @@ def unpatch() -> reporting.Report:
 
 @contextlib.contextmanager
 def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
-            ops: bool | str | Sequence[str] = "auto", init: str = "order") -> Iterator[reporting.Report]:
+            ops: bool | str | Sequence[str] = "auto", init: str = "order",
+            on_uncovered: str = "raise") -> Iterator[reporting.Report]:
     """Applies `patch` for the duration of a `with` block, then returns to what was there before.
 
     On exit, also when the block raises, the process goes back to being unpatched, or to the earlier
@@ -279,6 +298,8 @@ def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = 
         ops: Which TF ops to replace with deterministic versions: `"auto"` (the default), `True`,
             a list of names, `"exact"` or `False`. See `patch`.
         init: `"order"` (the default) or `"keyed"` initial weights. See `patch`.
+        on_uncovered: Under `ops="exact"`, `"raise"` (the default) or `"warn"` for ops the exact
+            tier does not cover. See `patch`.
 
     Yields:
         The `tfrepro.Report` of `tfrepro.status()` after patching.
@@ -291,7 +312,7 @@ def patched(seed: int = 0, *, threads: int | None = None, onednn: bool | None = 
     outer_config = _active_config()
     rngs = seeding.rng_state()
     try:
-        yield patch(seed, threads=threads, onednn=onednn, ops=ops, init=init)
+        yield patch(seed, threads=threads, onednn=onednn, ops=ops, init=init, on_uncovered=on_uncovered)
     finally:
         _restore(outer_config)
         seeding.set_rng_state(rngs)

@@ -160,6 +160,8 @@ def status() -> Report:
         None))
     settings.append(_replacements_setting(tf_version))
     settings.append(_hooks_setting())
+    if state.active_summation() == "exact_tier":
+        settings.append(_audit_setting())
     settings.append(_threads_setting())
     onednn = _env("TF_ENABLE_ONEDNN_OPTS")
     settings.append(
@@ -188,11 +190,27 @@ def _replacements_setting(tf_version: str | None) -> Setting:
         covered = [name for name in replaced if not name.startswith("refused ")]
         refused = [name[len("refused "):] for name in replaced if name.startswith("refused ")]
         return Setting("op replacements", f"exact tier (ops='exact'): {len(covered)} ops order-invariant (matmul, convolution, pooling, "
-                       "dropout, sums and cross-entropies exact), "
+                       "dropout, sums, softmax and cross-entropies exact), "
                        f"{len(refused)} refused by name, Keras's Adam and SGD updates FMA-proof", None,
                        "exact: " + ", ".join(covered) + "; refused: " + ", ".join(refused))
     return Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops", None,
                    "order-invariant: " + ", ".join(replaced))
+
+
+def _audit_setting() -> Setting:
+    """The exact tier's audit of traced functions (``tfrepro.ops.exact.coverage``)."""
+    from tfrepro.ops.exact import coverage  # TensorFlow is loaded: ops="exact" rebound its ops
+
+    audited, named = coverage.findings()
+    if named:
+        return Setting("exact audit", f"{len(named)} uncovered op(s) named in {audited} traced function(s): "
+                       + ", ".join(f"{item.op} in {item.layer}" for item in named), False,
+                       "; ".join(map(str, named)))
+    if not audited:
+        return Setting("exact audit", "no function traced yet", None,
+                       "each traced step is audited before it first runs")
+    return Setting("exact audit", f"{audited} traced function(s) audited: every op covered", True,
+                   f"on_uncovered={state.active().on_uncovered!r}")
 
 
 def _hooks_setting() -> Setting:

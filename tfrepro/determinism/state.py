@@ -40,6 +40,7 @@ class PatchState:
     enabled_op_determinism: bool = False  # it was off before patch(), so unpatch() turns it off
     undo_keras_jit: Callable[[], None] | None = None
     init: str = "order"  # how initial weights are drawn: "order" (creation order) or "keyed"
+    on_uncovered: str = "raise"  # under ops="exact", what an op the tier does not cover does: "raise" or "warn"
 
 
 _active: PatchState | None = None

@@ -49,8 +49,8 @@ __all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "kernel_facts":  # the TF-free table of ops without deterministic GPU kernels
-        return importlib.import_module(f"{__name__}.kernel_facts")
+    if name in ("kernel_facts", "exact"):  # TF-free: the table of ops without deterministic GPU kernels; the
+        return importlib.import_module(f"{__name__}.{name}")  # exact tier's table
     if name in _HOMES:
         value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
         globals()[name] = value  # later lookups skip this function

@@ -147,14 +147,16 @@ def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]
     """Point every target of the named ops at tfrepro's op, summing order-invariantly ("exact") or
     with TF's sums, deterministic under op determinism ("tf", for ``patch(ops="auto")``), or as the
     exact tier ("exact_tier", ``patch(ops="exact")``: ``tfrepro.ops.exact``'s ops where it has
-    them, its refusals, and Keras's optimizers made FMA-proof); returns the undo."""
+    them, its refusals, Keras's optimizers made FMA-proof, and the audit of traced steps,
+    ``coverage``); returns the undo."""
     table = TABLE
     undo_optimizers = None
     if summation == "exact_tier":
         from tfrepro.ops import exact
-        from tfrepro.ops.exact import optimizers
+        from tfrepro.ops.exact import coverage, optimizers
 
         table, summation = {**TABLE, **exact.table()}, "exact"
+        undo_audit = coverage.install()
         undo_optimizers = optimizers.install()
     saved: list[tuple[Any, str, Any]] = []
     views: dict[tuple[int, str], dict[str, Any]] = {}
@@ -165,6 +167,7 @@ def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]
             setattr(owner, attribute, original)
         if undo_optimizers is not None:
             undo_optimizers()
+            undo_audit()
 
     try:  # all or nothing
         for name in names:

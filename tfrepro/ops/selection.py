@@ -55,6 +55,15 @@ def select_ops(ops: object, tf_version: str | None = None) -> tuple[str, ...]:
     return tuple(name for name in REPLACEABLE_OPS if name in ops)
 
 
+ON_UNCOVERED = ("raise", "warn")  # patch(on_uncovered=...): what the exact tier's audit does with what it names
+
+
+def check_on_uncovered(value: object) -> None:
+    """Raise ValueError unless ``value`` is one of ``ON_UNCOVERED``."""
+    if value not in ON_UNCOVERED:
+        raise ValueError(f"on_uncovered must be one of {', '.join(map(repr, ON_UNCOVERED))}; got {value!r}")
+
+
 def summation_of(ops: object) -> str:
     """How the ops selected by ``ops`` sum: "tf" for "auto", "exact_tier" for "exact", "exact"
     (order-invariant) otherwise."""

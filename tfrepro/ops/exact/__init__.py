@@ -11,9 +11,11 @@ batch (tested with 2; docs/explanation/exact-tier.md states the limits).
 - ``pooling``: max and average pooling over non-overlapping windows, XLA-compilable gradients.
 - ``noise``: dropout with a mask from integer random bits.
 - ``losses``: the softmax cross-entropies with FMA-proof ``exp`` and ``log``.
+- ``activations``: ``softmax`` and ``log_softmax`` built the same way.
 - ``reductions``: ``reduce_sum``, ``reduce_mean``, ``bias_add``.
 - ``optimizers``: Keras 3's Adam and SGD updates, FMA-proof.
 - ``refusals``: what is not covered raises by name.
+- ``coverage``: the audit of every traced step: what is not covered is named before it runs.
 
 ``TABLE`` maps each op to its replacement and the names it is bound under (``rebinding``'s format).
 """
@@ -53,6 +55,8 @@ _BINDINGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "softmax_cross_entropy_with_logits_v1": ("losses", "softmax_cross_entropy_with_logits_v1", (
         "tf.compat.v1.nn.softmax_cross_entropy_with_logits_v2",
         "tensorflow.python.ops.nn_ops:softmax_cross_entropy_with_logits_v2")),
+    "softmax": ("activations", "softmax", ("tf.nn.softmax", "tf.math.softmax")),
+    "log_softmax": ("activations", "log_softmax", ("tf.nn.log_softmax", "tf.math.log_softmax")),
     "sparse_softmax_cross_entropy_with_logits": ("losses", "sparse_softmax_cross_entropy_with_logits", (
         "tf.nn.sparse_softmax_cross_entropy_with_logits",
         "tensorflow.python.ops.nn_ops:sparse_softmax_cross_entropy_with_logits_v2")),
@@ -62,10 +66,22 @@ EXACT_OPS = tuple(_BINDINGS)
 
 def table() -> dict[str, tuple[Any, tuple[str, ...]]]:
     """The exact tier's ops in ``rebinding.TABLE``'s format (imports TensorFlow), refusals included."""
-    from tfrepro.ops.exact import refusals
+    from tfrepro.ops.exact import coverage, refusals
 
-    found = {name: (getattr(importlib.import_module(f"{__name__}.{module}"), function), targets)
+    found = {name: (coverage.covered(getattr(importlib.import_module(f"{__name__}.{module}"), function)), targets)
              for name, (module, function, targets) in _BINDINGS.items()}
     for api, targets in refusals.REFUSED.items():
         found[f"refused {api}"] = (refusals.refusing(api), targets)
     return found
+
+
+_SUBMODULES = ("_fixed", "activations", "convolutions", "coverage", "linalg", "losses", "noise", "optimizers",
+               "pooling", "reductions", "refusals")
+
+
+def __getattr__(name: str) -> Any:
+    """``tfrepro.ops.exact.coverage`` and the other submodules, imported on first use (they import
+    TensorFlow)."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

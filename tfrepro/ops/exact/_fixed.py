@@ -116,6 +116,10 @@ def join_int64(limbs: tf.Tensor) -> tf.Tensor:
     return (high * 2**21 + middle) * 2**21 + lowest
 
 
+MARK = "tfrepro_exact"  # the name scope of the exact tier's ops, which its audit trusts (``coverage``)
+REPLICA_GLOBAL = MARK + "_replica_global"  # the scope of a replica-global value: all on the first replica
+
+
 class Replicas:
     """The replicas of the calling ``tf.distribute`` replica context that share a batch: global
     maxima, sums and counts, and the first replica's share of a result. Every method is the
@@ -157,8 +161,9 @@ class Replicas:
         """``x`` on the first replica and zeros on the others: their sum is ``x``, exactly."""
         if not self.many:
             return x
-        first = tf.equal(tf.cast(self.context.replica_id_in_sync_group, tf.int32), 0)
-        return tf.where(first, x, tf.zeros_like(x))
+        with tf.name_scope(REPLICA_GLOBAL):  # the audit lets a cross-replica sum of these pass (``coverage``)
+            first = tf.equal(tf.cast(self.context.replica_id_in_sync_group, tf.int32), 0)
+            return tf.where(first, x, tf.zeros_like(x))
 
 
 def _in_control_flow() -> bool:
@@ -247,7 +252,11 @@ def compiled(function):
     """``function`` as an XLA-compiled ``tf.function`` (one trace per rank and dtype; XLA compiles per
     shape). For kernels whose every step is exact or correctly rounded elementwise, so that
     compiling fuses their passes without changing a bit."""
-    return tf.function(function, jit_compile=True, autograph=False, reduce_retracing=True)
+    def kernel(*args):
+        return function(*args)
+
+    kernel.__name__ = f"tfrepro_exact_{function.__name__.strip('<>_')}"  # names the graph's function: the
+    return tf.function(kernel, jit_compile=True, autograph=False, reduce_retracing=True)  # audit trusts it
 
 
 def _compiled(kernel, plan: tuple[str, int | None], dtype: tf.DType):
@@ -282,6 +291,23 @@ def exact_batch_sum(x: tf.Tensor, axes: list[int], replicas: Replicas | None = N
     result = tf.where(finite, result, tf.constant(float("nan"), dtype))
     result = tf.squeeze(result, axis=axes)
     return result if replicas is None else replicas.first_only(result)
+
+
+
+
+def custom_gradient(forward):
+    """``tf.custom_gradient(forward)``, its gradient function's ops built under ``MARK`` too (TF
+    builds a custom gradient's ops outside the name scope of the op it belongs to)."""
+    def marked(*args):
+        result, gradient = forward(*args)
+
+        def in_scope(*upstream):
+            with tf.name_scope(MARK):
+                return gradient(*upstream)
+
+        return result, in_scope
+
+    return tf.custom_gradient(marked)
 
 
 def first_order_only(gradient: tf.Tensor, what: str) -> tf.Tensor:

@@ -102,7 +102,7 @@ def _input_gradient(dy, kernel, input_shape, dilations, strides, padding) -> tf.
 
 def _conv2d_nhwc(x: tf.Tensor, kernel: tf.Tensor, strides: list[int], dilations: list[int], padding: str,
                  kernel_is_weight: bool) -> tf.Tensor:
-    @tf.custom_gradient
+    @_fixed.custom_gradient
     def conv(inputs, weights):
         shape = weights.shape.as_list()
         rows, grid = _patches(inputs, shape, dilations, strides, padding)

@@ -40,7 +40,7 @@ def _matrix(a: tf.Tensor, b: tf.Tensor, b_is_weight: bool, a_is_weight: bool) ->
         outer = tf.shape(a)[:-1]
         a = tf.reshape(a, tf.stack([-1, tf.shape(a)[-1]]))
 
-    @tf.custom_gradient
+    @_fixed.custom_gradient
     def product(x, y):
         def grad(dz):
             dx = _fixed.exact_matmul(dz, tf.linalg.matrix_transpose(y), weight_gradient_replicas(a_is_weight))

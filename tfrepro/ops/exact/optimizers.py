@@ -27,6 +27,7 @@ import tensorflow as tf
 from tfrepro import _targets
 from tfrepro._import_hooks import call_after_import
 from tfrepro.ops.exact._fixed import compiled, mul
+from tfrepro.ops.exact import coverage
 
 COVERED = ("Adam", "SGD")
 
@@ -137,7 +138,7 @@ def install() -> Callable[[], None]:
                 return
             arguments = len(inspect.signature(original).parameters) - 1
             saved.append((cls, original))
-            cls.update_step = _UPDATES[(name, 3 if arguments == 3 else 2)]
+            cls.update_step = coverage.covered(_UPDATES[(name, 3 if arguments == 3 else 2)])
 
         return hook
 

@@ -17,7 +17,7 @@ import functools
 import tensorflow as tf
 
 from tfrepro.ops import _stock
-from tfrepro.ops.exact._fixed import compiled
+from tfrepro.ops.exact._fixed import compiled, custom_gradient
 from tfrepro.ops.exact.convolutions import _pair, _same_padding
 from tfrepro.ops.exact.linalg import EXACT_DTYPES
 from tfrepro.ops.segment import reduce_sum
@@ -115,7 +115,7 @@ def max_pool(input, ksize, strides, padding, data_format=None, name=None):
     with tf.name_scope(name or "ExactMaxPool"):
         forward, backward = _max_pool_kernels(tuple(k), padding)
 
-        @tf.custom_gradient
+        @custom_gradient
         def pool(inputs):
             return forward(inputs), lambda dy: backward(inputs, dy)
 

@@ -36,7 +36,7 @@ def bias_add(value, bias, data_format=None, name=None):
             return nn.bias_add(value, bias, data_format=data_format)  # order-invariant, not replica-global
         channels = 1 if data_format is not None and data_format.startswith("NC") else value.shape.rank - 1
 
-        @tf.custom_gradient
+        @_fixed.custom_gradient
         def forward(v, b):
             def grad(dy):
                 axes = [a for a in range(dy.shape.rank) if a != channels]

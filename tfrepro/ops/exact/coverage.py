@@ -1,0 +1,400 @@
+"""The exact tier's precondition audit: every op of a traced step is covered, or named before it runs.
+
+``patch(ops="exact")`` rebinds the ops it replaces; anything else a model calls runs TF's own
+kernels, whose bits can depend on the thread count, oneDNN, XLA or the replica count. So under the
+exact tier every function TensorFlow traces (``fit``'s train, test and predict steps, a custom
+``tf.function`` training loop, and every condition, loop and gradient function inside them) is
+audited as its trace ends, before it first runs: each op that reaches the function's outputs or a
+state update is checked against what is proven to give the same bits on all four axes:
+
+- ops the exact tier built (their name scope carries ``MARK``; functions they call inherit it);
+- data movement, comparisons, selection, ``relu``, max/min: exact for any input;
+- integer and boolean arithmetic: exact in any order;
+- single IEEE-rounded float arithmetic (add, subtract, multiply, divide, sqrt): the same bits
+  everywhere, except that XLA may fuse a multiply into the add that consumes it (an FMA), so an
+  add or subtract of a float product is named for XLA.
+
+Everything else is named with its layer (the name scope it was built in) and the axes it can break
+(``Uncovered``): float reductions and products (threads, XLA, replicas; oneDNN for its kernels),
+transcendental functions (oneDNN, XLA), fused normalisations, stateful and stateless random ops
+(XLA, replicas), and any op type not in these tables (all four). ``patch(ops="exact")`` raises
+``UncoveredOpError`` listing them all, before the first step; ``on_uncovered="warn"`` warns and
+trains. Not audited: functions that ``tf.data`` traces (they run outside XLA and oneDNN, element by
+element) and ops run eagerly (a custom loop without ``tf.function``; ``fit`` with
+``run_eagerly=True`` is refused by name).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+
+from tfrepro import _targets
+from tfrepro._import_hooks import call_after_import
+from tfrepro.errors import UncoveredOpError, warn
+from tfrepro.ops.exact import _fixed
+
+AXES = ("threads", "oneDNN", "XLA", "replicas")
+MARK = _fixed.MARK
+_OWN_KERNEL = "_tfrepro_"  # in the names of tfrepro's traced kernels' functions (``__inference_tfrepro_...``)
+
+_ANY_DTYPE_EXACT = frozenset("""
+    Const Identity IdentityN Placeholder NoOp Snapshot EnsureShape CheckNumerics CheckNumericsV2
+    ReadVariableOp AssignVariableOp VarHandleOp VarIsInitializedOp DestroyResourceOp
+    Reshape Shape ShapeN Size Rank StridedSlice StridedSliceGrad ResourceStridedSliceAssign Slice ConcatV2 Concat
+    ConcatOffset Pack Unpack Split SplitV Transpose ExpandDims Squeeze Fill ZerosLike OnesLike Tile GatherV2
+    Gather GatherNd ResourceGather BroadcastTo BroadcastArgs BroadcastGradientArgs Cast Bitcast Select SelectV2
+    Where Range OneHot StopGradient PreventGradient Pad PadV2 MirrorPad Reverse ReverseV2 InvertPermutation
+    IteratorGetNext IteratorGetNextAsOptional OptionalFromValue OptionalGetValue OptionalHasValue OptionalNone
+    Equal NotEqual Less Greater LessEqual GreaterEqual LogicalAnd LogicalOr LogicalNot ApproximateEqual
+    Abs Neg Sign Floor Ceil Round Rint IsFinite IsNan IsInf BitwiseAnd BitwiseOr BitwiseXor Invert LeftShift
+    RightShift ArgMax ArgMin Max Min All Any Maximum Minimum ClipByValue Relu ReluGrad Relu6 Relu6Grad
+    StatelessRandomGetKeyCounter StatelessRandomGetKeyCounterAlg StatelessRandomGetAlg
+    Unique Assert AsString StringJoin StringFormat PrintV2 Print
+    TensorListReserve TensorListSetItem TensorListGetItem TensorListFromTensor TensorListStack TensorListLength
+    TensorListElementShape TensorListPushBack TensorListPopBack TensorListConcatV2 TensorListSplit
+    If StatelessIf While StatelessWhile PartitionedCall StatefulPartitionedCall Case StatelessCase RemoteCall
+""".split())
+# One IEEE-rounded operation per element: the same bits on every axis, but for XLA's multiply-add fusion.
+_ROUNDED_ONCE = frozenset("""
+    Add AddV2 Sub Mul MulNoNan RealDiv Div DivNoNan Sqrt Square Reciprocal Inv SquaredDifference BiasAdd AddN
+    FloorDiv FloorMod TruncateDiv TruncateMod AssignAddVariableOp AssignSubVariableOp LeakyRelu LeakyReluGrad
+""".split())
+_ADDS = frozenset("Add AddV2 Sub BiasAdd AddN AssignAddVariableOp AssignSubVariableOp".split())
+_PRODUCTS = frozenset("Mul MulNoNan Square".split())
+_VIEWS = frozenset("Identity Reshape ExpandDims Squeeze BroadcastTo".split())  # XLA looks through them
+_CROSS_REPLICA = frozenset("CollectiveReduce CollectiveReduceV2 NcclAllReduce".split())
+_CARRY = frozenset("Identity Reshape ExpandDims Squeeze ConcatV2 Pack Cast StopGradient".split())
+_ACCUMULATING = {
+    **dict.fromkeys("""MatMul BatchMatMul BatchMatMulV2 BatchMatMulV3 Einsum Conv1D Conv2D Conv3D
+        Conv2DBackpropInput Conv2DBackpropFilter Conv3DBackpropInputV2 Conv3DBackpropFilterV2
+        DepthwiseConv2dNative DepthwiseConv2dNativeBackpropInput DepthwiseConv2dNativeBackpropFilter
+        FusedBatchNorm FusedBatchNormV2 FusedBatchNormV3 FusedBatchNormGrad FusedBatchNormGradV2
+        FusedBatchNormGradV3 _FusedMatMul _FusedConv2D AvgPool AvgPoolGrad MaxPoolGrad MaxPoolGradV2
+        MaxPoolGradGrad ResizeBilinearGrad""".split(), AXES),
+    **dict.fromkeys("""Sum Mean Prod EuclideanNorm Cumsum Cumprod BiasAddGrad L2Loss SegmentSum UnsortedSegmentSum
+        SparseSegmentSum SparseSegmentMean SparseSegmentSqrtN SparseSegmentSumGrad SparseSegmentMeanGrad
+        ScatterNd TensorScatterAdd ResourceScatterAdd ResourceScatterSub UnsortedSegmentProd
+        SparseSoftmaxCrossEntropyWithLogits SoftmaxCrossEntropyWithLogits Bincount DenseBincount
+        MirrorPadGrad""".split(),
+                    ("threads", "XLA", "replicas")),
+}
+_TRANSCENDENTAL = frozenset("""
+    Exp Expm1 Log Log1p Tanh TanhGrad Sigmoid SigmoidGrad Softmax LogSoftmax Erf Erfc Erfinv Pow Sin Cos Tan Asin
+    Acos Atan Atan2 Sinh Cosh Asinh Acosh Atanh Rsqrt RsqrtGrad SqrtGrad Elu EluGrad Selu SeluGrad Softplus
+    SoftplusGrad Softsign SoftsignGrad Lgamma Digamma Xlogy Xlog1py Xdivy Gelu Swish
+""".split())
+_RANDOM = frozenset("""
+    RandomUniform RandomUniformInt RandomStandardNormal TruncatedNormal RandomShuffle RandomGamma RandomPoisson
+    RandomPoissonV2 Multinomial StatelessRandomUniform StatelessRandomUniformV2 StatelessRandomNormal
+    StatelessRandomNormalV2 StatelessTruncatedNormal StatelessTruncatedNormalV2 StatelessRandomUniformInt
+    StatelessRandomUniformIntV2 StatelessRandomUniformFullInt StatelessRandomUniformFullIntV2
+    StatelessMultinomial StatefulUniform StatefulUniformInt StatefulUniformFullInt StatefulStandardNormalV2
+    StatefulTruncatedNormal RngReadAndSkip RngSkip
+""".split())
+_FLOATS = frozenset(dtype.as_datatype_enum for dtype in (tf.float16, tf.bfloat16, tf.float32, tf.float64,
+                                                          tf.complex64, tf.complex128))
+_CALLERS = ("f", "then_branch", "else_branch", "body", "cond", "branches")
+
+
+@dataclass(frozen=True)
+class Uncovered:
+    """One op of a traced function that the exact tier does not cover.
+
+    Attributes:
+        op: The op's type, e.g. ``"Softmax"``.
+        node: Its node's name in the traced function, e.g. ``"sequential/dense_1/Softmax"``.
+        layer: The layer it was built in (its name scope), ``"... (gradient)"`` for a gradient op,
+            or ``"the step"`` outside any layer.
+        axes: The axes of ``AXES`` across which it can give other bits.
+        why: The reason, in words.
+    """
+
+    op: str
+    node: str
+    layer: str
+    axes: tuple[str, ...]
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.op} in {self.layer} (can differ across {', '.join(self.axes)}: {self.why})"
+
+
+def classify(op: str, dtype: int | None, product_input: bool) -> tuple[tuple[str, ...], str] | None:
+    """The axes an uncovered op of type ``op`` (``dtype``: its ``T``/``dtype`` attribute's enum, None
+    if it has none) can break and why, or None when it gives the same bits on all four.
+    ``product_input``: a float input of an add is a float product (XLA may fuse them)."""
+    floating = dtype is None or dtype in _FLOATS
+    if op in _ANY_DTYPE_EXACT or op.endswith("Dataset") or "Iterator" in op:  # data in, data out
+        return None
+    if op in _ROUNDED_ONCE:
+        if op in _ADDS and floating and product_input:
+            return ("XLA",), "XLA may fuse the multiply that feeds this add into one FMA, rounded once, not twice"
+        return None
+    if not floating:
+        return None
+    if op in _CROSS_REPLICA:
+        return ("replicas",), ("each replica's partial value, summed in float by the strategy: one device's sum "
+                               "rounds otherwise")
+    if op in _ACCUMULATING:
+        return _ACCUMULATING[op], "a float sum whose order of accumulation the kernel, its threads or the batch split chooses"
+    if op in _TRANSCENDENTAL:
+        return ("oneDNN", "XLA"), "TF's, oneDNN's and XLA's approximations of this function differ in the last bits"
+    if op in _RANDOM:
+        return ("XLA", "replicas"), "random numbers drawn by TF's generators, which XLA and each replica draw their own way"
+    return AXES, "not in the exact tier's list of ops proven to give the same bits"
+
+
+class _Function:
+    """One function's nodes (a traced graph's or a library function's), for the walk."""
+
+    def __init__(self, nodes: Iterable[Any], sinks: Iterable[str]):
+        self.nodes = {node.name: node for node in nodes}
+        self.sinks = [_producer(name) for name in sinks]
+
+    def live(self) -> Iterator[Any]:
+        """The nodes whose results reach the sinks (outputs and state updates), through data inputs."""
+        seen: set[str] = set()
+        stack = [name for name in self.sinks if name in self.nodes]
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            node = self.nodes[name]
+            yield node
+            stack.extend(p for p in (_producer(i) for i in node.input if not i.startswith("^")) if p in self.nodes)
+
+    def replica_global(self, node: Any) -> bool:
+        """Whether every float value that ``node`` sums over the replicas is a replica-global one
+        of the exact tier (carried to it unchanged): whole on the first replica, zero elsewhere."""
+        stack, seen = [node.input[0]] if node.input else [], set()
+        while stack:
+            edge = stack.pop()
+            producer = self.nodes.get(_producer(edge))
+            if producer is None:
+                return False
+            if producer.op == "IdentityN":  # its outputs are its inputs, one to one: follow the one used
+                stack.append(producer.input[_output_index(edge)])
+                continue
+            if producer.name in seen:
+                continue
+            seen.add(producer.name)
+            if any(part.startswith(_fixed.REPLICA_GLOBAL) for part in producer.name.split("/")):
+                continue
+            dtype = _dtype(producer)
+            if producer.op == "Const" or (dtype is not None and dtype not in _FLOATS):
+                continue  # an axis, a shape
+            if producer.op not in _CARRY:
+                return False
+            stack.extend(i for i in producer.input if not i.startswith("^"))
+        return True
+
+    def product_input(self, node: Any) -> bool:
+        for name in node.input:
+            if name.startswith("^"):
+                continue
+            producer = self.nodes.get(_producer(name))
+            while producer is not None and producer.op in _VIEWS and producer.input:
+                producer = self.nodes.get(_producer(producer.input[0]))
+            if producer is not None and producer.op in _PRODUCTS and _dtype(producer) in _FLOATS:
+                return True
+        return False
+
+
+def _output_index(edge: str) -> int:
+    """The output index an input edge reads: ``node:2`` in a graph, ``node:output:2`` in a function."""
+    last = edge.split(":")[-1]
+    return int(last) if ":" in edge and last.isdigit() else 0
+
+
+def _producer(name: str) -> str:
+    return name.lstrip("^").split(":")[0]
+
+
+def _dtype(node: Any) -> int | None:
+    for key in ("T", "dtype", "Tparams", "SrcT"):
+        if key in node.attr and node.attr[key].type:
+            return node.attr[key].type
+    return None
+
+
+def _marked(name: str) -> bool:
+    return any(part == MARK or part.startswith(MARK + "_") for part in name.split("/"))
+
+
+def _layer(name: str) -> str:
+    parts = name.split("/")[:-1]
+    gradient = bool(parts) and parts[0] in ("gradient_tape", "gradients")
+    parts = parts[1:-1] if gradient else parts  # a gradient op's scope is its forward op's name
+    scope = "/".join(parts) or "the step"
+    return f"{scope} (gradient)" if gradient else scope
+
+
+def _called(node: Any) -> list[str]:
+    names = []
+    for key in _CALLERS:
+        if key in node.attr:
+            value = node.attr[key]
+            names += [value.func.name] if value.func.name else [f.name for f in value.list.func]
+    return names
+
+
+def audit(graph_def: Any, outputs: Iterable[str]) -> list[Uncovered]:
+    """The uncovered ops of a traced function: ``graph_def`` (its ``GraphDef``, library included)
+    and ``outputs``, the names of its output tensors and of its state-changing ops. Ops whose
+    results reach neither are not audited (a softmax computed for a prediction the step never
+    uses changes no bit of what it returns or updates)."""
+    library = {f.signature.name: f for f in graph_def.library.function}
+    found: dict[tuple[str, str], Uncovered] = {}
+    done: set[tuple[str, bool]] = set()
+
+    def walk(function: _Function, trusted: bool) -> None:
+        for node in function.live():
+            inherited = trusted or _marked(node.name)
+            for name in _called(node):
+                if name in library and (name, inherited) not in done:
+                    done.add((name, inherited))
+                    callee = library[name]
+                    walk(_Function(callee.node_def, [*callee.ret.values(), *callee.control_ret.values()]),
+                         inherited or _OWN_KERNEL in name)
+            if inherited:
+                continue
+            if node.op in _CROSS_REPLICA and function.replica_global(node):
+                continue  # every replica's value is zero but the first's: their sum is exact in any order
+            verdict = classify(node.op, _dtype(node), node.op in _ADDS and function.product_input(node))
+            if verdict is not None:
+                layer = _layer(node.name)
+                found.setdefault((node.op, layer), Uncovered(node.op, node.name, layer, *verdict))
+
+    walk(_Function(graph_def.node, outputs), False)
+    return sorted(found.values(), key=lambda u: (u.layer, u.op))
+
+
+def audit_graph(graph: Any) -> list[Uncovered]:
+    """``audit`` of a traced ``FuncGraph`` (``tf.function(...).get_concrete_function().graph``)."""
+    outputs = [t.name for t in graph.outputs] + [op.name for op in getattr(graph, "control_outputs", [])]
+    return audit(graph.as_graph_def(), outputs)
+
+
+class _Auditor:
+    """Audits every function traced while the exact tier is active (``install``)."""
+
+    def __init__(self) -> None:
+        self.policy = "raise"
+        self.local = threading.local()
+        self.audited = 0
+        self.uncovered: dict[tuple[str, str], Uncovered] = {}
+
+    def tracing(self, trace: Callable[..., Any]) -> Callable[..., Any]:
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(self.local, "depth", 0)
+            self.local.depth = depth + 1
+            try:
+                graph = trace(*args, **kwargs)
+            finally:
+                self.local.depth = depth
+            own = graph.name.startswith("tfrepro_")  # a kernel of tfrepro's, traced where it is first called
+            if depth == 0 and _active[0] and not own and not getattr(self.local, "data", False):
+                self.check(graph)
+            return graph
+
+        traced._tfrepro_audits = True  # type: ignore[attr-defined]
+        return traced
+
+    def check(self, graph: Any) -> None:
+        found = audit_graph(graph)
+        self.audited += 1
+        if not found:
+            return
+        for item in found:
+            self.uncovered.setdefault((item.op, item.layer), item)
+        shown = "\n  - ".join(str(item) for item in found[:25])
+        more = f"\n  ... and {len(found) - 25} more" if len(found) > 25 else ""
+        message = (f"tfrepro exact tier: {len(found)} op(s) of the traced function {graph.name!r} are not covered, so "
+                   f"its bits can differ across threads, oneDNN, XLA or replicas:\n  - {shown}{more}")
+        if self.policy == "raise":
+            raise UncoveredOpError(message + "\nReplace or remove them, or pass patch(ops='exact', on_uncovered='warn') "
+                                   "to train with them named (patch(ops='auto') is deterministic on one machine).",
+                                   found)
+        warn(message + "\n(on_uncovered='warn': training goes on; these ops can make runs on the axes named differ)")
+
+
+_AUDITOR = _Auditor()
+_active = [False]
+
+
+def set_policy(policy: str) -> None:
+    """What the audit does with what it names: ``"raise"`` ``UncoveredOpError`` or ``"warn"``
+    (``patch`` has checked it is one of ``tfrepro.ops.selection.ON_UNCOVERED``)."""
+    _AUDITOR.policy = policy
+
+
+def install() -> Callable[[], None]:
+    """Audit every function traced from now on (TF is loaded), with a fresh record; returns the undo."""
+    _active[0] = True
+    _AUDITOR.audited, _AUDITOR.uncovered = 0, {}
+
+    def hook_tracing(module: Any) -> None:
+        if _targets.find(module, "tf:trace") is not None and not getattr(module.func_graph_from_py_func,
+                                                                          "_tfrepro_audits", False):
+            module.func_graph_from_py_func = _AUDITOR.tracing(module.func_graph_from_py_func)
+
+    def hook_data(module: Any) -> None:
+        wrapper = _targets.find(module, "tf:dataset_functions")
+        if wrapper is None or getattr(wrapper, "_tfrepro_data", False):
+            return
+        cls = module.StructuredFunctionWrapper
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            before = getattr(_AUDITOR.local, "data", False)
+            _AUDITOR.local.data = True
+            try:
+                wrapper(self, *args, **kwargs)
+            finally:
+                _AUDITOR.local.data = before
+
+        init._tfrepro_data = True  # type: ignore[attr-defined]
+        cls.__init__ = init
+
+    call_after_import({_targets.target("tf:trace").module: hook_tracing,
+                       _targets.target("tf:dataset_functions").module: hook_data})
+
+    def undo() -> None:
+        _active[0] = False
+
+    return undo
+
+
+def check_fit(model: Any) -> None:
+    """As ``fit`` begins: a model that runs its step eagerly (``run_eagerly=True``) traces nothing
+    for the audit to see, so it is refused (or warned about, under ``on_uncovered="warn"``)."""
+    if not getattr(model, "run_eagerly", False):
+        return
+    message = ("tfrepro exact tier: fit(run_eagerly=True) runs the step's ops eagerly, where the audit of traced "
+               "steps cannot check them; compile without run_eagerly")
+    if _AUDITOR.policy == "raise":
+        raise UncoveredOpError(message + ", or pass patch(ops='exact', on_uncovered='warn') to go on unaudited.", [])
+    warn(message + " (on_uncovered='warn': training goes on, unaudited)")
+
+
+def findings() -> tuple[int, list[Uncovered]]:
+    """How many traced functions the audit has checked in this process, and what it named."""
+    return _AUDITOR.audited, list(_AUDITOR.uncovered.values())
+
+
+def covered(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` (an exact-tier op) building its ops under the ``MARK`` name scope, so that the
+    audit knows them for the exact tier's own."""
+    import functools
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with tf.name_scope(MARK):
+            return function(*args, **kwargs)
+
+    return call
