@@ -131,6 +131,8 @@ def classify(op: str, dtype: int | None, product_input: bool) -> tuple[tuple[str
     floating = dtype is None or dtype in _FLOATS
     if op in _ANY_DTYPE_EXACT or op.endswith("Dataset") or "Iterator" in op:  # data in, data out
         return None
+    if op in _RANDOM:
+        return ("XLA", "replicas"), "random numbers drawn by TF's generators, which XLA and each replica draw their own way"
     if op in _ROUNDED_ONCE:
         if op in _ADDS and floating and product_input:
             return ("XLA",), "XLA may fuse the multiply that feeds this add into one FMA, rounded once, not twice"
@@ -144,8 +146,6 @@ def classify(op: str, dtype: int | None, product_input: bool) -> tuple[tuple[str
         return _ACCUMULATING[op], "a float sum whose order of accumulation the kernel, its threads or the batch split chooses"
     if op in _TRANSCENDENTAL:
         return ("oneDNN", "XLA"), "TF's, oneDNN's and XLA's approximations of this function differ in the last bits"
-    if op in _RANDOM:
-        return ("XLA", "replicas"), "random numbers drawn by TF's generators, which XLA and each replica draw their own way"
     return AXES, "not in the exact tier's list of ops proven to give the same bits"
 
 
