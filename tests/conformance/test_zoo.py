@@ -66,10 +66,8 @@ from zoo_patterns import PATTERNS  # noqa: E402  (the names only: importing zoo.
 CAPABILITIES = ("patch", "check", "doctor", "resume", "seed", "keyed", "workers", "exact")
 
 
-_EXACT_REFUSALS = {"vae": "Exp in ", "gan": "Log1p in ", "bert_masking": "StatelessRandomUniformV2 in ",
+_EXACT_REFUSALS = {"vae": "Exp in ", "gan": "Log1p in ", "bert_masking": "RandomUniform",
                    "batchnorm": "RsqrtGrad in ", "tf_random_ops": "AddV2 in ", "generator_layer": "RngReadAndSkip in "}
-_EXACT_REFUSALS_KERAS2 = {p: w for p, w in _EXACT_REFUSALS.items() if p != "bert_masking"}  # masks drawn in
-# its pipeline
 
 
 def _refused() -> dict[tuple[str, str], str]:
@@ -90,8 +88,7 @@ def _refused() -> dict[tuple[str, str], str]:
     else:  # Keras 3 builds a model by calling it before the first step under a tf.distribute strategy
         refused[("gan", "workers")] = "has no call()"
     # The exact tier's audit names the ops it does not cover (every op named, in the order it meets them).
-    refused.update({(pattern, "exact"): words for pattern, words in (_EXACT_REFUSALS_KERAS2 if KERAS2 else
-                                                                      _EXACT_REFUSALS).items()})
+    refused.update({(pattern, "exact"): words for pattern, words in _EXACT_REFUSALS.items()})
     if KERAS2:  # Keras 2's keras-io examples draw from TF's stateful random ops
         refused[("vae", "resume")] = "sampling"
         refused[("gan", "resume")] = "train_step"
