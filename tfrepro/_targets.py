@@ -93,6 +93,7 @@ _BREAKS = {
     "config": "tfrepro.status() cannot read op determinism",
     "trace": "the exact tier cannot audit traced steps: an op it does not cover runs unnamed",
     "dataset_functions": "the exact tier audits tf.data's functions too, and may refuse a pipeline's ops",
+    "op_defs": "the exact tier's audit cannot read an op's output types, so it takes every op for a float op",
     "dataset_inputs": "pipelines that undo keyed draws (repeat() or cache() after one, two zipped with one key) go "
                       "unnamed",
 }
@@ -148,7 +149,8 @@ INVENTORY: tuple[Target, ...] = (
         "config": ("tensorflow.python.framework.config", "is_op_determinism_enabled"),
         "dataset_inputs": ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._inputs"),
         "trace": ("tensorflow.python.framework.func_graph", "func_graph_from_py_func"),
-        "dataset_functions": ("tensorflow.python.data.ops.structured_function", "StructuredFunctionWrapper.__init__")}),
+        "dataset_functions": ("tensorflow.python.data.ops.structured_function", "StructuredFunctionWrapper.__init__"),
+        "op_defs": ("tensorflow.python.framework.op_def_registry", "get")}),
 )
 
 _BY_KEY = {target.key: target for target in INVENTORY}

@@ -13,7 +13,7 @@ import tfrepro
 from tfrepro import _tf
 
 tf = _tf.import_tf()
-from tfrepro.ops.exact import coverage  # noqa: E402
+from tfrepro.ops.exact import _fixed, coverage  # noqa: E402
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((32, 6)).astype(np.float32)
@@ -149,6 +149,111 @@ def test_the_classification_of_ops():
     assert coverage.classify("AddV2", floats, False) is None
     assert coverage.classify("AddV2", floats, True)[0] == ("XLA",)
     assert coverage.classify("SomeNewOp", floats, False)[0] == coverage.AXES  # unknown: every axis
+
+
+def _named(function, *specs) -> dict[str, tuple[str, ...]]:
+    """The ops the audit names in ``function`` traced for ``specs``: op -> axes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the audit of a patched trace warns (on_uncovered="warn")
+        graph = tf.function(function, autograph=False).get_concrete_function(*specs).graph
+    return {u.op: u.axes for u in coverage.audit_graph(graph)}
+
+
+FLOATS = tf.TensorSpec((4, 3), tf.float32)
+
+
+@tf.function(autograph=False)
+def _tripled(x):
+    return x * 3.0
+
+
+@tf.function(autograph=False)
+def _added(x, y):
+    return x + y
+
+
+FMA_ESCAPES = {  # a multiply that reaches an add past something XLA looks through
+    "through a negation": lambda x: -(x * x) + 1.0,
+    "through IdentityN": lambda x: tf.identity_n([x * 3.0, x])[0] + 1.0,
+    "of a squared difference": lambda x: tf.math.squared_difference(x, 1.0) + 1.0,
+    "out of a nested function": lambda x: _tripled(x) + 1.0,
+    "into a nested function": lambda x: _added(x * 3.0, x),
+}
+
+
+@pytest.mark.parametrize("case", FMA_ESCAPES)
+def test_a_multiply_add_is_named_whatever_lies_between_them(case):
+    assert _named(FMA_ESCAPES[case], FLOATS) == {"AddV2": ("XLA",)}
+
+
+def test_the_tiers_own_add_of_a_users_product_is_named():
+    with tfrepro.patched(0, ops="exact", on_uncovered="warn"):
+        assert _named(lambda x: tf.nn.bias_add(x * 3.0, tf.ones(3)), FLOATS) == {"BiasAdd": ("XLA",)}
+        assert _named(lambda x: tf.nn.bias_add(x, tf.ones(3)) + 1.0, FLOATS) == {}
+
+
+NOT_EXACT = {  # op -> a function whose op gives other bits on some axis, and one whose op does not
+    "Reciprocal": (tf.math.reciprocal, None),
+    "Max": (lambda x: tf.reduce_max(x, 0), lambda x: tf.reduce_max(tf.cast(x, tf.int32), 0)),  # -0/+0, NaNs
+    "Cast": (lambda x: tf.cast(x * 2.0, tf.int32), lambda x: tf.cast(x, tf.int32)),  # NaN: input data taken as is
+    "ResizeBilinear": (lambda x: tf.image.resize(tf.cast(x, tf.uint8)[None, :, :, None], (8, 6)), None),  # float out
+    "RealDiv": (lambda x: x / 3.0, lambda x: x / 4.0),  # XLA: x * (1 / 3); a quarter is exact
+}
+
+
+@pytest.mark.parametrize("op", NOT_EXACT)
+def test_ops_exact_only_on_some_inputs_are_named(op):
+    named, exact = NOT_EXACT[op]
+    assert op in _named(named, FLOATS)
+    if exact is not None:
+        assert _named(exact, FLOATS) == {}
+
+
+def test_a_division_is_named_where_xla_rewrites_it():
+    """XLA knows a count from shapes, turns A / sqrt(B) into A * rsqrt(B) and (A / B) / C into
+    A / (B * C); a divisor known only at run time (a variable, the data) it leaves alone."""
+    weight = tf.Variable(2.5)
+    for rewritten in (lambda x: x / tf.cast(tf.size(x), tf.float32), lambda x: x / tf.sqrt(x),
+                      lambda x: (x / x[0]) / x[1]):
+        assert _named(rewritten, FLOATS) == {"RealDiv": ("XLA",)}
+    assert _named(lambda x: x / weight, FLOATS) == {}
+    assert _named(lambda x: x / x[0], FLOATS) == {}
+
+
+def test_a_sum_of_two_replicas_values_is_named_unless_each_is_replica_global():
+    """A strategy that sums replicas' values with AddN (``ReductionToOneDevice``) sums values built
+    on two devices: named for the replicas axis, unless every value is one of the tier's
+    replica-global ones (whole on the first replica, zero elsewhere)."""
+    def summed(x, replica_global):
+        parts = []
+        for device in ("/cpu:0", "/cpu:1"):
+            with tf.device(device):
+                with tf.name_scope(_fixed.REPLICA_GLOBAL if replica_global else "replica"):
+                    parts.append(tf.identity(x + 1.0))
+        return tf.add_n(parts)
+
+    assert _named(lambda x: summed(x, False), FLOATS) == {"AddN": ("replicas",)}
+    assert _named(lambda x: summed(x, True), FLOATS) == {}
+
+
+def test_trust_comes_from_the_tiers_scope_not_a_functions_name():
+    """A user's function named like tfrepro's is audited as any other; the tier's fallback to TF's
+    kernel (float64, which it does not cover) is audited as TF's."""
+    def tfrepro_step(x):
+        return tf.tanh(x)
+
+    @tf.function
+    def my_tfrepro_helper(x):
+        return tf.tanh(x)
+
+    with tfrepro.patched(0, ops="exact"):
+        with pytest.raises(tfrepro.UncoveredOpError, match="Tanh in the step"):
+            tf.function(tfrepro_step)(tf.constant(X))
+        with pytest.raises(tfrepro.UncoveredOpError, match="Tanh in the step"):
+            tf.function(lambda x: my_tfrepro_helper(x) + 1.0)(tf.constant(X))
+        with pytest.raises(tfrepro.UncoveredOpError, match="MatMul in the step"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the tier warns that float64 runs TF's kernel
+            tf.function(lambda x: tf.matmul(x, x, transpose_b=True))(tf.constant(X, tf.float64))
 
 
 NAMED = {"transformer": ("Rsqrt", "FusedBatchNormV3"), "resnet": ("FusedBatchNormV3", "overlapping"),

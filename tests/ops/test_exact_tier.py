@@ -13,7 +13,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrepro.ops.exact import _fixed, activations, convolutions, linalg, losses, noise, pooling, reductions
+from tfrepro.ops.exact import _fixed, activations, arithmetic, convolutions, linalg, losses, noise, pooling, reductions
 
 RNG = np.random.default_rng(0)
 
@@ -482,6 +482,37 @@ def test_means_divide_the_same_with_and_without_xla():
         assert bits(reductions.reduce_mean(x, axis=axis)) == bits(xla(lambda x: reductions.reduce_mean(x, axis=axis))(x))
     pooled = pooling.avg_pool(x[None, :, :, None], 3, 3, "SAME")
     assert bits(pooled) == bits(xla(lambda x: pooling.avg_pool(x[None, :, :, None], 3, 3, "SAME"))(x))
+
+
+@given(seed=st.integers(0, 2**32 - 1), count=st.integers(1, 5000), dtype=st.sampled_from(["float32", "float16"]))
+@settings(max_examples=25, deadline=None)
+def test_divide_is_correctly_rounded_and_the_same_under_xla(seed, count, dtype):
+    """A mean over a batch whose size the step learns at run time (Keras's loss reduction): XLA
+    knows the count when it compiles, so TF's division becomes a multiplication by its reciprocal
+    (negative control); ``arithmetic.divide`` and ``divide_no_nan`` give the correctly rounded
+    quotient either way, and the gradient with respect to the numerator is one too."""
+    x = tf.constant(_scaled((count,), 4, np.random.default_rng(seed)).astype(dtype))
+    spec = [tf.TensorSpec([None], dtype)]
+    reference = (x.numpy().astype(np.float64) / np.float64(np.asarray(count, dtype))).astype(dtype)  # the count in dtype
+    for divide in (arithmetic.divide, arithmetic.divide_no_nan):
+        def mean(v):
+            with tf.GradientTape() as tape:
+                tape.watch(v)
+                q = divide(v, tf.cast(tf.size(v), v.dtype))
+            return q, tape.gradient(q, v, output_gradients=v)
+
+        for compiled in (False, True):
+            q, dv = tf.function(mean, input_signature=spec, jit_compile=compiled, autograph=False)(x)
+            assert bits(q) == bits(reference) and bits(dv) == bits(reference)
+
+
+def test_stock_division_by_a_count_differs_under_xla_negative_control():
+    x = tf.constant(_scaled((1000,), 4))
+    spec = [tf.TensorSpec([None], tf.float32)]
+    stock = lambda v: v / tf.cast(tf.size(v), tf.float32)
+    plain, compiled = (tf.function(stock, input_signature=spec, jit_compile=j)(x) for j in (False, True))
+    assert bits(plain) != bits(compiled)
+    assert bits(arithmetic.divide_no_nan(x, tf.zeros_like(x))) == bits(tf.zeros_like(x))
 
 
 def test_cross_entropy_checks_shapes_and_gives_labels_their_gradient():

@@ -12,6 +12,7 @@ batch (tested with 2; docs/explanation/exact-tier.md states the limits).
 - ``noise``: dropout with a mask from integer random bits.
 - ``losses``: the softmax cross-entropies with FMA-proof ``exp`` and ``log``.
 - ``activations``: ``softmax`` and ``log_softmax`` built the same way.
+- ``arithmetic``: ``divide`` and ``divide_no_nan``, whose quotients XLA's reciprocal rewrite cannot change.
 - ``reductions``: ``reduce_sum``, ``reduce_mean``, ``bias_add``.
 - ``optimizers``: Keras 3's Adam and SGD updates, FMA-proof.
 - ``refusals``: what is not covered raises by name.
@@ -56,6 +57,8 @@ _BINDINGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "tf.compat.v1.nn.softmax_cross_entropy_with_logits_v2",
         "tensorflow.python.ops.nn_ops:softmax_cross_entropy_with_logits_v2")),
     "softmax": ("activations", "softmax", ("tf.nn.softmax", "tf.math.softmax")),
+    "divide": ("arithmetic", "divide", ("tf.divide", "tf.math.divide")),
+    "divide_no_nan": ("arithmetic", "divide_no_nan", ("tf.math.divide_no_nan", "tf.compat.v1.div_no_nan")),
     "log_softmax": ("activations", "log_softmax", ("tf.nn.log_softmax", "tf.math.log_softmax")),
     "sparse_softmax_cross_entropy_with_logits": ("losses", "sparse_softmax_cross_entropy_with_logits", (
         "tf.nn.sparse_softmax_cross_entropy_with_logits",
@@ -75,7 +78,7 @@ def table() -> dict[str, tuple[Any, tuple[str, ...]]]:
     return found
 
 
-_SUBMODULES = ("_fixed", "activations", "convolutions", "coverage", "linalg", "losses", "noise", "optimizers",
+_SUBMODULES = ("_fixed", "activations", "arithmetic", "convolutions", "coverage", "linalg", "losses", "noise", "optimizers",
                "pooling", "reductions", "refusals")
 
 

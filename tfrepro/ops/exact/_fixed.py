@@ -40,10 +40,14 @@ with and without XLA.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import tensorflow as tf
 
 from tfrepro.errors import warn
 from tfrepro.ops import _stock
+from tfrepro.ops import _exact_sum
 from tfrepro.ops._exact_sum import _bit_length, _exact_pow2, _exponent, _pow2
 
 LOW_LIMB_BITS = 12
@@ -116,8 +120,26 @@ def join_int64(limbs: tf.Tensor) -> tf.Tensor:
     return (high * 2**21 + middle) * 2**21 + lowest
 
 
-MARK = "tfrepro_exact"  # the name scope of the exact tier's ops, which its audit trusts (``coverage``)
+MARK = _exact_sum.MARK  # the name scope of the exact tier's ops, which its audit trusts (``coverage``)
 REPLICA_GLOBAL = MARK + "_replica_global"  # the scope of a replica-global value: all on the first replica
+
+
+def marked_scope(part: str) -> bool:
+    return part == MARK or part.startswith(MARK + "_")
+
+
+@contextlib.contextmanager
+def unmarked() -> Iterator[None]:
+    """The current name scope without ``MARK``: where an exact-tier op falls back to TF's own kernel
+    (a dtype it does not cover), whose ops the audit must see for what they are."""
+    graph = tf.compat.v1.get_default_graph()
+    parts = graph.get_name_scope().split("/") if not tf.executing_eagerly() else []
+    if not any(marked_scope(part) for part in parts):
+        yield
+        return
+    kept = [part for part in parts if not marked_scope(part)]
+    with graph.name_scope("/".join(kept) + "/" if kept else ""):
+        yield
 
 
 class Replicas:
@@ -253,10 +275,11 @@ def compiled(function):
     shape). For kernels whose every step is exact or correctly rounded elementwise, so that
     compiling fuses their passes without changing a bit."""
     def kernel(*args):
-        return function(*args)
+        with tf.name_scope(MARK):  # the audit trusts the kernel's ops by this scope, not by the function's name
+            return function(*args)
 
-    kernel.__name__ = f"tfrepro_exact_{function.__name__.strip('<>_')}"  # names the graph's function: the
-    return tf.function(kernel, jit_compile=True, autograph=False, reduce_retracing=True)  # audit trusts it
+    kernel.__name__ = f"tfrepro_exact_{function.__name__.strip('<>_')}"
+    return tf.function(kernel, jit_compile=True, autograph=False, reduce_retracing=True)
 
 
 def _compiled(kernel, plan: tuple[str, int | None], dtype: tf.DType):

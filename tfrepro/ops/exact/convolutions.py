@@ -126,8 +126,9 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
     kernel_is_weight = is_weight(filters)
     x, kernel = tf.convert_to_tensor(input), tf.convert_to_tensor(filters)
     if x.dtype not in EXACT_DTYPES:
-        return _stock.convolution(x, kernel, strides=strides, padding=padding, data_format=data_format,
-                                  dilations=dilations, name=name)
+        with _fixed.unmarked():
+            return _stock.convolution(x, kernel, strides=strides, padding=padding, data_format=data_format,
+                                      dilations=dilations, name=name)
     if kernel.shape.rank is None or x.shape.rank is None:
         raise NotImplementedError("tfrepro exact tier: a convolution of an input or kernel of unknown rank is not "
                                   "covered (give them static ranks); use patch(ops='auto') for this model")

@@ -40,7 +40,6 @@ from tfrepro.ops.exact import _fixed
 
 AXES = ("threads", "oneDNN", "XLA", "replicas")
 MARK = _fixed.MARK
-_OWN_KERNEL = "_tfrepro_"  # in the names of tfrepro's traced kernels' functions (``__inference_tfrepro_...``)
 
 _ANY_DTYPE_EXACT = frozenset("""
     Const Identity IdentityN Placeholder NoOp Snapshot EnsureShape CheckNumerics CheckNumericsV2
@@ -52,7 +51,7 @@ _ANY_DTYPE_EXACT = frozenset("""
     IteratorGetNext IteratorGetNextAsOptional OptionalFromValue OptionalGetValue OptionalHasValue OptionalNone
     Equal NotEqual Less Greater LessEqual GreaterEqual LogicalAnd LogicalOr LogicalNot ApproximateEqual
     Abs Neg Sign Floor Ceil Round Rint IsFinite IsNan IsInf BitwiseAnd BitwiseOr BitwiseXor Invert LeftShift
-    RightShift ArgMax ArgMin Max Min All Any Maximum Minimum ClipByValue Relu ReluGrad Relu6 Relu6Grad
+    RightShift ArgMax ArgMin All Any Maximum Minimum ClipByValue Relu ReluGrad Relu6 Relu6Grad
     StatelessRandomGetKeyCounter StatelessRandomGetKeyCounterAlg StatelessRandomGetAlg
     Unique Assert AsString StringJoin StringFormat PrintV2 Print
     TensorListReserve TensorListSetItem TensorListGetItem TensorListFromTensor TensorListStack TensorListLength
@@ -61,12 +60,21 @@ _ANY_DTYPE_EXACT = frozenset("""
 """.split())
 # One IEEE-rounded operation per element: the same bits on every axis, but for XLA's multiply-add fusion.
 _ROUNDED_ONCE = frozenset("""
-    Add AddV2 Sub Mul MulNoNan RealDiv Div DivNoNan Sqrt Square Reciprocal Inv SquaredDifference BiasAdd AddN
+    Add AddV2 Sub Mul MulNoNan RealDiv Div DivNoNan Sqrt Square SquaredDifference BiasAdd AddN
     FloorDiv FloorMod TruncateDiv TruncateMod AssignAddVariableOp AssignSubVariableOp LeakyRelu LeakyReluGrad
 """.split())
 _ADDS = frozenset("Add AddV2 Sub BiasAdd AddN AssignAddVariableOp AssignSubVariableOp".split())
-_PRODUCTS = frozenset("Mul MulNoNan Square".split())
-_VIEWS = frozenset("Identity Reshape ExpandDims Squeeze BroadcastTo".split())  # XLA looks through them
+_SUMS = frozenset("Add AddV2 AddN".split())  # a sum of values from two replicas' devices is a cross-replica sum
+_PRODUCTS = frozenset("Mul MulNoNan Square SquaredDifference".split())
+_DIVISIONS = frozenset("RealDiv Div DivNoNan".split())
+# XLA rewrites A / sqrt(B) as A * rsqrt(B) and A / exp(B) as A * exp(-B), and re-associates divisions of divisions
+_DIVISOR_REWRITES = _DIVISIONS | frozenset("Sqrt Exp Pow Rsqrt".split())
+_VIEWS = frozenset("Identity Snapshot Reshape ExpandDims Squeeze BroadcastTo Neg StopGradient PreventGradient "
+                   "EnsureShape".split())  # XLA looks through them
+_CALLS = {"PartitionedCall": 0, "StatefulPartitionedCall": 0, "If": 1, "StatelessIf": 1, "Case": 1,
+          "StatelessCase": 1, "While": 0, "StatelessWhile": 0}  # op -> the input that is the callee's first argument
+_STATIC = frozenset("Const Shape ShapeN Size Rank".split())  # values XLA knows when it compiles
+_DATA = frozenset("Placeholder IteratorGetNext IteratorGetNextSync OptionalGetValue Const ReadVariableOp".split())
 _CROSS_REPLICA = frozenset("CollectiveReduce CollectiveReduceV2 NcclAllReduce".split())
 _CARRY = frozenset("Identity Reshape ExpandDims Squeeze ConcatV2 Pack Cast StopGradient".split())
 _ACCUMULATING = {
@@ -80,13 +88,14 @@ _ACCUMULATING = {
         SparseSegmentSum SparseSegmentMean SparseSegmentSqrtN SparseSegmentSumGrad SparseSegmentMeanGrad
         ScatterNd TensorScatterAdd ResourceScatterAdd ResourceScatterSub UnsortedSegmentProd
         SparseSoftmaxCrossEntropyWithLogits SoftmaxCrossEntropyWithLogits Bincount DenseBincount
-        MirrorPadGrad""".split(),
+        MirrorPadGrad Max Min""".split(),
                     ("threads", "XLA", "replicas")),
 }
 _TRANSCENDENTAL = frozenset("""
     Exp Expm1 Log Log1p Tanh TanhGrad Sigmoid SigmoidGrad Softmax LogSoftmax Erf Erfc Erfinv Pow Sin Cos Tan Asin
     Acos Atan Atan2 Sinh Cosh Asinh Acosh Atanh Rsqrt RsqrtGrad SqrtGrad Elu EluGrad Selu SeluGrad Softplus
-    SoftplusGrad Softsign SoftsignGrad Lgamma Digamma Xlogy Xlog1py Xdivy Gelu Swish
+    SoftplusGrad Softsign SoftsignGrad Lgamma Digamma Xlogy Xlog1py Xdivy Gelu Swish Reciprocal Inv ReciprocalGrad
+    InvGrad
 """.split())
 _RANDOM = frozenset("""
     RandomUniform RandomUniformInt RandomStandardNormal TruncatedNormal RandomShuffle RandomGamma RandomPoisson
@@ -124,10 +133,11 @@ class Uncovered:
         return f"{self.op} in {self.layer} (can differ across {', '.join(self.axes)}: {self.why})"
 
 
-def classify(op: str, dtype: int | None, product_input: bool) -> tuple[tuple[str, ...], str] | None:
-    """The axes an uncovered op of type ``op`` (``dtype``: its ``T``/``dtype`` attribute's enum, None
-    if it has none) can break and why, or None when it gives the same bits on all four.
-    ``product_input``: a float input of an add is a float product (XLA may fuse them)."""
+def classify(op: str, dtype: int | None, product_input: bool = False) -> tuple[tuple[str, ...], str] | None:
+    """The axes an uncovered op of type ``op`` can break and why, or None when it gives the same bits
+    on all four. ``dtype``: the enum of a float output of the op if it has one, else of its
+    ``T``/``dtype`` attribute (None: unknown, taken for a float). ``product_input``: a float input
+    of an add is a float product (XLA may fuse them)."""
     floating = dtype is None or dtype in _FLOATS
     if op in _ANY_DTYPE_EXACT or op.endswith("Dataset") or "Iterator" in op:  # data in, data out
         return None
@@ -135,26 +145,62 @@ def classify(op: str, dtype: int | None, product_input: bool) -> tuple[tuple[str
         return ("XLA", "replicas"), "random numbers drawn by TF's generators, which XLA and each replica draw their own way"
     if op in _ROUNDED_ONCE:
         if op in _ADDS and floating and product_input:
-            return ("XLA",), "XLA may fuse the multiply that feeds this add into one FMA, rounded once, not twice"
+            return _FMA
         return None
     if not floating:
         return None
     if op in _CROSS_REPLICA:
-        return ("replicas",), ("each replica's partial value, summed in float by the strategy: one device's sum "
-                               "rounds otherwise")
+        return _REPLICA_SUM
     if op in _ACCUMULATING:
-        return _ACCUMULATING[op], "a float sum whose order of accumulation the kernel, its threads or the batch split chooses"
+        return _ACCUMULATING[op], ("a float reduction whose order (and so its rounding, or which of -0 and +0 or of "
+                                   "two NaNs survives) the kernel, its threads or the batch split chooses")
     if op in _TRANSCENDENTAL:
         return ("oneDNN", "XLA"), "TF's, oneDNN's and XLA's approximations of this function differ in the last bits"
     return AXES, "not in the exact tier's list of ops proven to give the same bits"
 
 
-class _Function:
-    """One function's nodes (a traced graph's or a library function's), for the walk."""
+_FMA = (("XLA",), "XLA may fuse the multiply that feeds this add into one FMA, rounded once, not twice")
+_REPLICA_SUM = (("replicas",), "each replica's partial value, summed in float by the strategy: one device's sum "
+                               "rounds otherwise")
+_DIVISION = (("XLA",), "XLA turns a division by a value it knows when it compiles into a multiplication by its "
+                       "reciprocal (and A / sqrt(B) into A * rsqrt(B), (A / B) / C into A / (B * C)), rounded otherwise")
+_TO_INTEGER = (("XLA",), "a computed float converted to an integer: NaN and out-of-range values convert to other "
+                         "integers under XLA than in TF")
 
-    def __init__(self, nodes: Iterable[Any], sinks: Iterable[str]):
+
+class _Function:
+    """One function's nodes (a traced graph's or a library function's) for the walk, with where it
+    is called from (``caller``: the calling function, the call node, and the call input that is the
+    function's first argument), so that a value can be traced across calls both ways."""
+
+    def __init__(self, nodes: Iterable[Any], sinks: Iterable[str], library: dict[str, Any], trusted: bool = False,
+                 args: tuple[str, ...] = (), caller: tuple[_Function, Any, int] | None = None):
         self.nodes = {node.name: node for node in nodes}
         self.sinks = [_producer(name) for name in sinks]
+        self.library, self.trusted, self.args, self.caller = library, trusted, args, caller
+        self._callees: dict[str, list[_Function]] = {}
+
+    @classmethod
+    def of(cls, definition: Any, library: dict[str, Any], trusted: bool,
+           caller: tuple[_Function, Any, int]) -> _Function:
+        signature = definition.signature
+        function = cls(definition.node_def, [*definition.ret.values(), *definition.control_ret.values()], library,
+                       trusted, tuple(arg.name for arg in signature.input_arg), caller)
+        function.rets = [definition.ret[arg.name] for arg in signature.output_arg]
+        return function
+
+    def marked(self, node: Any) -> bool:
+        return self.trusted or _marked(node.name)
+
+    def callees(self, node: Any) -> list[_Function]:
+        """The functions ``node`` calls (a call, a condition's branches, a loop's condition and body)."""
+        if node.name not in self._callees:
+            offset = _CALLS.get(node.op, 0)
+            names = [node.op] if node.op in self.library else _called(node)
+            self._callees[node.name] = [_Function.of(self.library[name], self.library, self.marked(node),
+                                                     (self, node, offset))
+                                        for name in names if name in self.library]
+        return self._callees[node.name]
 
     def live(self) -> Iterator[Any]:
         """The nodes whose results reach the sinks (outputs and state updates), through data inputs."""
@@ -167,18 +213,107 @@ class _Function:
             seen.add(name)
             node = self.nodes[name]
             yield node
-            stack.extend(p for p in (_producer(i) for i in node.input if not i.startswith("^")) if p in self.nodes)
+            stack.extend(p for p in (_producer(i) for i in _data(node)) if p in self.nodes)
+
+    def source(self, edge: str, through: frozenset[str] = _VIEWS) -> tuple[_Function, Any] | None:
+        """The node that computes the value on ``edge``, looking through the ops in ``through``,
+        ``IdentityN``, function calls and arguments; None for an argument of the outermost function."""
+        function = self
+        for _ in range(10_000):
+            name = _producer(edge)
+            node = function.nodes.get(name)
+            if node is None:  # an argument: the caller's input
+                if function.caller is None or name not in function.args:
+                    return None
+                caller, call, offset = function.caller
+                inputs = _data(call)
+                index = function.args.index(name) + offset
+                if index >= len(inputs):
+                    return None
+                function, edge = caller, inputs[index]
+            elif node.op in through and node.input:
+                edge = node.input[0]
+            elif node.op == "IdentityN":  # its outputs are its inputs, one to one
+                edge = node.input[_output_index(edge)]
+            elif node.op in ("PartitionedCall", "StatefulPartitionedCall") and function.callees(node):
+                function = function.callees(node)[0]
+                edge = function.rets[_output_index(edge)]
+            else:
+                return function, node
+        return None
+
+    def product_input(self, node: Any) -> bool:
+        """Whether an input of ``node`` is a float product that is not the exact tier's (its
+        products are rounded through a barrier that no compiler fuses)."""
+        for edge in _data(node):
+            found = self.source(edge)
+            if found is not None and found[1].op in _PRODUCTS and not found[0].marked(found[1]) and _floating(found[1]):
+                return True
+        return False
+
+    def rewritten_division(self, node: Any) -> bool:
+        """Whether XLA may rewrite this float division into other roundings (``_DIVISION``)."""
+        numerator, divisor = (self.source(edge) for edge in _data(node)[:2])
+        if numerator is not None and numerator[1].op in _DIVISIONS:
+            return True
+        if divisor is None:
+            return False  # a value XLA does not know when it compiles
+        function, producer = divisor
+        if producer.op in _DIVISOR_REWRITES:
+            return True
+        if producer.op == "Const":
+            return not _powers_of_two(producer)
+        return function.static(producer)
+
+    def static(self, node: Any) -> bool:
+        """Whether ``node``'s value is known when XLA compiles (computed from constants and shapes)."""
+        stack, seen = [(self, node)], set()
+        while stack:
+            function, node = stack.pop()
+            if (id(function), node.name) in seen:
+                continue
+            seen.add((id(function), node.name))
+            if node.op in _STATIC:
+                continue
+            if node.op in _DATA or node.op in _RANDOM or node.op in _CALLS or "Variable" in node.op or len(seen) > 200:
+                return False
+            for edge in _data(node):
+                found = function.source(edge, frozenset())
+                if found is None:
+                    return False
+                stack.append(found)
+        return True
+
+    def computed(self, edge: str) -> bool:
+        """Whether the float on ``edge`` is computed in the step (not data, a constant, a weight, or
+        an integer converted: labels cast to float and back)."""
+        found = self.source(edge)
+        if found is not None and found[1].op == "Cast" and found[1].attr["SrcT"].type not in _FLOATS:
+            return False
+        return found is not None and found[1].op not in _DATA
+
+    def spans_replicas(self, node: Any) -> bool:
+        """Whether ``node`` adds values computed on different devices (a strategy's sum over replicas)."""
+        devices = set()
+        for edge in _data(node):
+            producer = self.nodes.get(_producer(edge))
+            while producer is not None and not producer.device and producer.op in _CARRY and producer.input:
+                producer = self.nodes.get(_producer(producer.input[0]))
+            if producer is not None and producer.device:
+                devices.add(producer.device)
+        return len(devices) > 1
 
     def replica_global(self, node: Any) -> bool:
         """Whether every float value that ``node`` sums over the replicas is a replica-global one
         of the exact tier (carried to it unchanged): whole on the first replica, zero elsewhere."""
-        stack, seen = [node.input[0]] if node.input else [], set()
+        summed = _data(node)[:1] if node.op in _CROSS_REPLICA else _data(node)  # not a collective's keys
+        stack, seen = list(summed), set()
         while stack:
             edge = stack.pop()
             producer = self.nodes.get(_producer(edge))
             if producer is None:
                 return False
-            if producer.op == "IdentityN":  # its outputs are its inputs, one to one: follow the one used
+            if producer.op == "IdentityN":  # follow the one input used
                 stack.append(producer.input[_output_index(edge)])
                 continue
             if producer.name in seen:
@@ -186,24 +321,16 @@ class _Function:
             seen.add(producer.name)
             if any(part.startswith(_fixed.REPLICA_GLOBAL) for part in producer.name.split("/")):
                 continue
-            dtype = _dtype(producer)
-            if producer.op == "Const" or (dtype is not None and dtype not in _FLOATS):
-                continue  # an axis, a shape
+            if producer.op == "Const" or not _floating(producer):
+                continue  # an axis, a shape, a key
             if producer.op not in _CARRY:
                 return False
-            stack.extend(i for i in producer.input if not i.startswith("^"))
+            stack.extend(_data(producer))
         return True
 
-    def product_input(self, node: Any) -> bool:
-        for name in node.input:
-            if name.startswith("^"):
-                continue
-            producer = self.nodes.get(_producer(name))
-            while producer is not None and producer.op in _VIEWS and producer.input:
-                producer = self.nodes.get(_producer(producer.input[0]))
-            if producer is not None and producer.op in _PRODUCTS and _dtype(producer) in _FLOATS:
-                return True
-        return False
+
+def _data(node: Any) -> list[str]:
+    return [name for name in node.input if not name.startswith("^")]
 
 
 def _output_index(edge: str) -> int:
@@ -223,12 +350,60 @@ def _dtype(node: Any) -> int | None:
     return None
 
 
+def _output_types(node: Any) -> list[int] | None:
+    """The dtypes of ``node``'s outputs, from its op's definition (None where it cannot tell)."""
+    get = _op_definitions()
+    definition = get(node.op) if get is not None else None
+    if definition is None:
+        return None
+    types: list[int] = []
+    for arg in definition.output_arg:
+        if arg.type:
+            types.append(arg.type)
+        elif arg.type_attr:
+            if arg.type_attr not in node.attr:
+                return None
+            types.append(node.attr[arg.type_attr].type)
+        elif arg.type_list_attr in node.attr:
+            types += list(node.attr[arg.type_list_attr].list.type)
+    return types
+
+
+def _float_dtype(node: Any) -> int | None:
+    """A float dtype among ``node``'s outputs and its ``T``, else its ``T`` (None: unknown)."""
+    dtype, outputs = _dtype(node), _output_types(node)
+    if outputs is None:
+        return dtype
+    return next((t for t in (*outputs, dtype) if t in _FLOATS), dtype if dtype is not None else
+                next(iter(outputs), None))
+
+
+def _floating(node: Any) -> bool:
+    dtype = _float_dtype(node)
+    return dtype is None or dtype in _FLOATS
+
+
+def _op_definitions() -> Callable[[str], Any] | None:
+    from tensorflow.python.framework import op_def_registry  # an op's OpDef: no public equivalent
+
+    return _targets.find(op_def_registry, "tf:op_defs")
+
+
+def _powers_of_two(node: Any) -> bool:
+    """Whether every value of a float constant has an exact reciprocal (a power of two, or 0, inf, NaN)."""
+    import numpy as np
+
+    values = tf.make_ndarray(node.attr["value"].tensor).astype(np.float64)
+    mantissas = np.abs(np.frexp(values)[0])
+    return bool(np.all((mantissas == 0.5) | ~np.isfinite(values) | (values == 0)))
+
+
 def _marked(name: str) -> bool:
-    return any(part == MARK or part.startswith(MARK + "_") for part in name.split("/"))
+    return any(_fixed.marked_scope(part) for part in name.split("/"))
 
 
 def _layer(name: str) -> str:
-    parts = name.split("/")[:-1]
+    parts = [part for part in name.split("/")[:-1] if not _fixed.marked_scope(part)]
     gradient = bool(parts) and parts[0] in ("gradient_tape", "gradients")
     parts = parts[1:-1] if gradient else parts  # a gradient op's scope is its forward op's name
     scope = "/".join(parts) or "the step"
@@ -244,34 +419,43 @@ def _called(node: Any) -> list[str]:
     return names
 
 
+def _verdict(function: _Function, node: Any) -> tuple[tuple[str, ...], str] | None:
+    """``classify``, with what the op's neighbours say: a sum across replicas' devices, an add of a
+    product, a division XLA rewrites, a computed float turned integer. The exact tier's own ops
+    pass, but for an add of a product that is not the tier's (XLA would fuse across the border)."""
+    op, floating = node.op, _floating(node)
+    if function.marked(node):
+        return _FMA if op in _ADDS and floating and function.product_input(node) else None
+    if op in _CROSS_REPLICA or (op in _SUMS and floating and function.spans_replicas(node)):
+        return None if function.replica_global(node) else _REPLICA_SUM
+    if op in _DIVISIONS and floating and function.rewritten_division(node):
+        return _DIVISION
+    if op == "Cast" and node.attr["SrcT"].type in _FLOATS and node.attr["DstT"].type not in _FLOATS and \
+            function.computed(node.input[0]):
+        return _TO_INTEGER
+    return classify(op, _float_dtype(node), op in _ADDS and floating and function.product_input(node))
+
+
 def audit(graph_def: Any, outputs: Iterable[str]) -> list[Uncovered]:
     """The uncovered ops of a traced function: ``graph_def`` (its ``GraphDef``, library included)
     and ``outputs``, the names of its output tensors and of its state-changing ops. Ops whose
     results reach neither are not audited (a softmax computed for a prediction the step never
-    uses changes no bit of what it returns or updates)."""
+    uses changes no bit of what it returns or updates). Every function it calls is walked once per
+    call site, inheriting the call's trust: a function called by one of the exact tier's ops is
+    the tier's."""
     library = {f.signature.name: f for f in graph_def.library.function}
     found: dict[tuple[str, str], Uncovered] = {}
-    done: set[tuple[str, bool]] = set()
 
-    def walk(function: _Function, trusted: bool) -> None:
+    def walk(function: _Function) -> None:
         for node in function.live():
-            inherited = trusted or _marked(node.name)
-            for name in _called(node):
-                if name in library and (name, inherited) not in done:
-                    done.add((name, inherited))
-                    callee = library[name]
-                    walk(_Function(callee.node_def, [*callee.ret.values(), *callee.control_ret.values()]),
-                         inherited or _OWN_KERNEL in name)
-            if inherited:
-                continue
-            if node.op in _CROSS_REPLICA and function.replica_global(node):
-                continue  # every replica's value is zero but the first's: their sum is exact in any order
-            verdict = classify(node.op, _dtype(node), node.op in _ADDS and function.product_input(node))
+            for callee in function.callees(node):
+                walk(callee)
+            verdict = _verdict(function, node)
             if verdict is not None:
                 layer = _layer(node.name)
                 found.setdefault((node.op, layer), Uncovered(node.op, node.name, layer, *verdict))
 
-    walk(_Function(graph_def.node, outputs), False)
+    walk(_Function(graph_def.node, outputs, library))
     return sorted(found.values(), key=lambda u: (u.layer, u.op))
 
 
@@ -298,8 +482,7 @@ class _Auditor:
                 graph = trace(*args, **kwargs)
             finally:
                 self.local.depth = depth
-            own = graph.name.startswith("tfrepro_")  # a kernel of tfrepro's, traced where it is first called
-            if depth == 0 and _active[0] and not own and not getattr(self.local, "data", False):
+            if depth == 0 and _active[0] and not getattr(self.local, "data", False):
                 self.check(graph)
             return graph
 

@@ -71,7 +71,8 @@ def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_
         if a.dtype.is_floating or a.dtype.is_complex:
             warn(f"tfrepro exact tier: matmul of {a.dtype.name} runs TensorFlow's own kernel, which is not "
                  "order-invariant; use float32, float16 or bfloat16")
-        return _stock.matmul(a, b, **stock_kwargs)
+        with _fixed.unmarked():
+            return _stock.matmul(a, b, **stock_kwargs)
     with tf.name_scope(name or "ExactMatMul"):
         if transpose_a or adjoint_a:
             a = tf.linalg.matrix_transpose(a)

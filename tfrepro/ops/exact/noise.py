@@ -12,6 +12,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfrepro.ops import _stock
+from tfrepro.ops.exact import _fixed
 
 THRESHOLD_BITS = 24
 
@@ -42,7 +43,8 @@ def stateless_dropout(x, rate, seed, rng_alg=None, noise_shape=None, name=None):
     """``tf.nn.experimental.stateless_dropout`` with an XLA-invariant mask (module doc). ``rng_alg``
     other than Philox runs TF's op."""
     if rng_alg not in (None, "philox", tf.random.Algorithm.PHILOX, 1):
-        return _stock.stateless_dropout(x, rate, seed, rng_alg=rng_alg, noise_shape=noise_shape, name=name)
+        with _fixed.unmarked():
+            return _stock.stateless_dropout(x, rate, seed, rng_alg=rng_alg, noise_shape=noise_shape, name=name)
     with tf.name_scope(name or "ExactDropout"):
         seed = tf.convert_to_tensor(seed)
         return _masked(x, rate, lambda shape: tf.random.stateless_uniform(

@@ -17,6 +17,7 @@ import functools
 import tensorflow as tf
 
 from tfrepro.ops import _stock
+from tfrepro.ops.exact import _fixed
 from tfrepro.ops.exact._fixed import compiled, custom_gradient
 from tfrepro.ops.exact.convolutions import _pair, _same_padding
 from tfrepro.ops.exact.linalg import EXACT_DTYPES
@@ -110,7 +111,8 @@ def max_pool(input, ksize, strides, padding, data_format=None, name=None):
     """``tf.nn.max_pool`` (1-D and 2-D, non-overlapping windows) with a deterministic gradient that
     XLA compiles: the first maximum of each window gets the window's gradient."""
     if tf.convert_to_tensor(input).dtype not in EXACT_DTYPES + (tf.float64,):
-        return _stock.max_pool(input, ksize, strides, padding, data_format=data_format, name=name)
+        with _fixed.unmarked():
+            return _stock.max_pool(input, ksize, strides, padding, data_format=data_format, name=name)
     x, k, padding, rank, channels_first = _checked(input, ksize, strides, padding, data_format, "max pooling")
     with tf.name_scope(name or "ExactMaxPool"):
         forward, backward = _max_pool_kernels(tuple(k), padding)
@@ -130,7 +132,8 @@ def avg_pool(input, ksize, strides, padding, data_format=None, name=None):
     """``tf.nn.avg_pool`` (1-D and 2-D, non-overlapping windows): an order-invariant window sum over
     the count of real elements."""
     if tf.convert_to_tensor(input).dtype not in EXACT_DTYPES + (tf.float64,):
-        return _stock.avg_pool(input, ksize, strides, padding, data_format=data_format, name=name)
+        with _fixed.unmarked():
+            return _stock.avg_pool(input, ksize, strides, padding, data_format=data_format, name=name)
     x, k, padding, rank, channels_first = _checked(input, ksize, strides, padding, data_format, "average pooling")
     with tf.name_scope(name or "ExactAvgPool"):
         blocks, _ = _blocks(x, k, padding, 0.0)

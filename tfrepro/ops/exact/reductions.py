@@ -18,7 +18,8 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
     with tf.name_scope(name or "ExactReduceMean"):
         x = tf.convert_to_tensor(input_tensor)
         if not x.dtype.is_floating:
-            return _stock.reduce_mean(x, axis=axis, keepdims=keepdims)
+            with _fixed.unmarked():
+                return _stock.reduce_mean(x, axis=axis, keepdims=keepdims)
         working = tf.float64 if x.dtype == tf.float64 else tf.float32
         total = reduce_sum(tf.cast(x, working), axis=axis, keepdims=keepdims)
         count = tf.size(x, out_type=tf.int64) // tf.maximum(tf.size(total, out_type=tf.int64), 1)
@@ -33,7 +34,8 @@ def bias_add(value, bias, data_format=None, name=None):
         value = tf.convert_to_tensor(value)
         bias = tf.convert_to_tensor(bias, dtype=value.dtype)
         if value.dtype not in EXACT_DTYPES or value.shape.rank is None:
-            return nn.bias_add(value, bias, data_format=data_format)  # order-invariant, not replica-global
+            with _fixed.unmarked():  # order-invariant, not replica-global: the audit names it under replicas
+                return nn.bias_add(value, bias, data_format=data_format)
         channels = 1 if data_format is not None and data_format.startswith("NC") else value.shape.rank - 1
 
         @_fixed.custom_gradient
