@@ -42,10 +42,19 @@ def test_conflicting_ops_options_are_named_as_the_user_wrote_them(capsys, script
 
 
 @pytest.mark.parametrize("verb", ["check", "doctor"])
-@pytest.mark.parametrize("option", [["--ops", "exact"], ["--ops"], ["--init", "keyed"], ["--threads", "1"]])
+@pytest.mark.parametrize("option", [["--ops", "exact"], ["--ops"], ["--init", "keyed"], ["--threads", "1"],
+                                    ["--on-uncovered", "warn"]])
 def test_no_patch_refuses_the_options_of_the_patch(capsys, script, verb, option):
     err = _usage_error(capsys, verb, "--no-patch", *option, "--", sys.executable, script)
     assert f"so {option[0]} would do nothing" in err
+
+
+@pytest.mark.parametrize("verb", ["run", "check", "doctor"])
+def test_on_uncovered_needs_the_exact_tier_and_one_of_its_values(capsys, script, verb):
+    err = _usage_error(capsys, verb, "--on-uncovered", "warn", "--", sys.executable, script)
+    assert "--on-uncovered is what the exact tier's audit does with the ops it names: it needs --ops exact" in err
+    err = _usage_error(capsys, verb, "--ops", "exact", "--on-uncovered", "ignore", "--", sys.executable, script)
+    assert "--on-uncovered: invalid choice: 'ignore'" in err
 
 
 def test_a_directory_given_as_the_script_is_named_a_directory_unless_python_runs_it(capsys, tmp_path):

@@ -440,13 +440,20 @@ def test_cli_takes_ops_exact(tmp_path):
     from conftest import clean_env
 
     script = tmp_path / "probe.py"
-    script.write_text("import tfrepro, tensorflow as tf\nfrom tfrepro.determinism import state\n"
+    script.write_text("import sys, tfrepro, tensorflow as tf\nfrom tfrepro.determinism import state\n"
+                      "if sys.argv[1:] == ['tanh']:\n    tf.function(tf.tanh)(tf.constant(1.0))\n"
                       "print(state.active_summation())\n")
+    run = lambda *flags: subprocess.run([sys.executable, "-m", "tfrepro", "run", *flags[:-1], "--", sys.executable,
+                                         str(script), *flags[-1:]], env=clean_env(), capture_output=True, text=True,
+                                        timeout=300, check=False)
     for flag, expected in ((["--ops", "exact"], "exact_tier"), (["--ops"], "exact")):
-        proc = subprocess.run([sys.executable, "-m", "tfrepro", "run", *flag, "--", sys.executable, str(script)],
-                              env=clean_env(), capture_output=True, text=True, timeout=300, check=False)
+        proc = run(*flag, "plain")
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.strip().splitlines()[-1] == expected
+    refused = run("--ops", "exact", "tanh")  # the audit names the script's tanh, and how to go on
+    assert refused.returncode == 1 and "Tanh in the step" in refused.stderr and "--on-uncovered warn" in refused.stderr
+    warned = run("--ops", "exact", "--on-uncovered", "warn", "tanh")
+    assert warned.returncode == 0 and "Tanh in the step" in warned.stderr, warned.stderr[-2000:]
     bad = subprocess.run([sys.executable, "-m", "tfrepro", "run", "--ops", "exact", "--no-ops", "--", sys.executable,
                           str(script)], env=clean_env(), capture_output=True, text=True, timeout=300, check=False)
     assert bad.returncode == 2 and "not allowed with argument" in bad.stderr and "Traceback" not in bad.stderr

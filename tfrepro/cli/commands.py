@@ -97,6 +97,10 @@ def _add_launch_options(parser: argparse.ArgumentParser, seed: bool = True) -> N
     ops.add_argument(_OPS_EXACT, dest="ops", action="store_const", const="exact", help=argparse.SUPPRESS)
     ops.add_argument("--no-ops", dest="ops", action="store_const", const="none",
                      help="replace no op (patch(ops=False)): the ops above then raise on a GPU")
+    parser.add_argument("--on-uncovered", choices=("raise", "warn"), default="raise",
+                        help="with --ops exact: what the exact tier's audit does with an op it does not cover, "
+                             "named before the first step: raise (default) or warn and train "
+                             "(patch(on_uncovered=...))")
     parser.add_argument("--init", choices=("order", "keyed"), default="order",
                         help="initial weights: in creation order (default), or keyed by layer and weight name "
                              "(patch(init='keyed'))")
@@ -118,7 +122,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init)
+    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init, on_uncovered=args.on_uncovered)
     env = config.to_env()
     if args.checkpoint is None:
         if args.checkpoint_every is not None or args.checkpoint_keep is not None:
@@ -243,6 +247,7 @@ def _refuse_options_without_patch(args: argparse.Namespace) -> None:
     if not args.no_patch:
         return
     given = [name for name, on in (("--ops", args.ops != "auto"), ("--init", args.init != "order"),
+                                   ("--on-uncovered", args.on_uncovered != "raise"),
                                    ("--threads", args.threads is not None)) if on]  # --onednn is an env var: it applies
     if given:
         raise LaunchError(f"--no-patch runs the script without tfrepro.patch, so {', '.join(given)} would do nothing; "
@@ -254,7 +259,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from tfrepro.launching.checking import GRADIENTS_WITH_WORKERS, RunInterrupted, check
 
     _refuse_options_without_patch(args)
-    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init,
+    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init, on_uncovered=args.on_uncovered,
                           patch=not args.no_patch, gradients=args.gradients)
     command = _command(args)
     bootstrap_command(command)  # fail fast on a bad command, before any folder is made
@@ -285,8 +290,9 @@ def _doctor_command(args: argparse.Namespace, command: list[str]) -> str:
     """The ``tfrepro doctor`` command line that diagnoses what ``tfrepro check`` ran."""
     options = [*(["--seed", str(args.seed)] if args.seed else []), *(["--threads", str(args.threads)] if args.threads
                else []), *(["--onednn", "on" if args.onednn else "off"] if args.onednn is not None else []),
-               *({"all": ["--ops"], "exact": ["--ops", "exact"], "none": ["--no-ops"]}.get(args.ops, [])), *(["--init", "keyed"] if args.init == "keyed"
-               else []), *(["--no-patch"] if args.no_patch else [])]
+               *({"all": ["--ops"], "exact": ["--ops", "exact"], "none": ["--no-ops"]}.get(args.ops, [])),
+               *(["--on-uncovered", args.on_uncovered] if args.on_uncovered != "raise" else []),
+               *(["--init", "keyed"] if args.init == "keyed" else []), *(["--no-patch"] if args.no_patch else [])]
     return shlex.join(["tfrepro", "doctor", *options, "--", *command])
 
 
@@ -330,7 +336,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise LaunchError(f"--tf-version: {exc}") from None
     _refuse_options_without_patch(args)
-    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init,
+    config = LaunchConfig(seed=args.seed, threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init, on_uncovered=args.on_uncovered,
                           patch=not args.no_patch)
     command = _command(args)
     bootstrap_command(command)  # fail fast on a bad command, before any folder is made
@@ -392,7 +398,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _check_plot_path(args.plot)
     command = _command(args)
     bootstrap_command(command)  # fail fast on a bad command: all checks come before any folder is made
-    config = LaunchConfig(threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init)
+    config = LaunchConfig(threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init, on_uncovered=args.on_uncovered)
     out = _out_dir(args.out, "tfrepro-sweep-")
     result = rendering.with_progress(f"tfrepro sweep: {len(seeds)} seeds", len(seeds), lambda on_run: run_sweep(
         command, seeds, config=config, out=out, metric=args.metric or "loss", best=args.best, jobs=jobs,
@@ -446,7 +452,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     _check_plot_path(args.plot)
     command = _command(args)
     bootstrap_command(command)
-    config = LaunchConfig(threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init)
+    config = LaunchConfig(threads=args.threads, onednn=args.onednn, ops=args.ops, init=args.init, on_uncovered=args.on_uncovered)
     out = _out_dir(args.out, "tfrepro-tune-")
     result = rendering.with_progress(f"tfrepro tune: {len(configs)} configurations", args.budget, lambda on_run: tune_script(
         command, configs, config=config, out=out, metric=args.metric, goal=goal, budget=args.budget, best=args.best,

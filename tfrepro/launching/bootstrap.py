@@ -57,14 +57,15 @@ def _patch(config: LaunchConfig) -> None:
     from tfrepro.determinism import patching, seeding, state
 
     if config.trace_dir or "tensorflow" in sys.modules:
-        patching.patch(config.seed, threads=config.threads, onednn=config.onednn, ops=config.patch_ops, init=config.init)
+        patching.patch(config.seed, threads=config.threads, onednn=config.onednn, ops=config.patch_ops, init=config.init,
+                       on_uncovered=config.on_uncovered)
         return
 
     def on_tensorflow(tf: ModuleType) -> None:
         if state.active() is None:  # a script that calls tfrepro.patch() itself has the last word
             # onednn=None: the launcher set TF_ENABLE_ONEDNN_OPTS before this interpreter started
             patching.apply_patch(config.seed, threads=config.threads, ops=config.patch_ops, init=config.init,
-                                 host_rngs=False)
+                                 on_uncovered=config.on_uncovered, host_rngs=False)
 
     seeding.seed_python(config.seed)
     # Keras 3 and tf_keras import modules that draw from Python's RNG before they import TensorFlow:

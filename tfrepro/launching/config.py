@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from tfrepro import _tf
 from tfrepro.determinism import initialisers, seeding, switches
 from tfrepro.errors import LaunchError
+from tfrepro.ops.selection import ON_UNCOVERED
 
 # The launcher/child protocol: LaunchConfig field -> environment variable.
 ENV_NAMES = {
@@ -19,6 +20,7 @@ ENV_NAMES = {
     "onednn": "TFREPRO_ONEDNN",
     "ops": "TFREPRO_OPS",
     "init": "TFREPRO_INIT",
+    "on_uncovered": "TFREPRO_ON_UNCOVERED",
     "trace_dir": "TFREPRO_TRACE_DIR",
     "gradients": "TFREPRO_GRADIENTS",
 }
@@ -39,6 +41,7 @@ class LaunchConfig:
     onednn: bool | None = None
     ops: str = "auto"  # "auto", "all", "exact" or "none" (True/False are read as "all"/"none")
     init: str = "order"  # patch(init=...): "order" or "keyed"
+    on_uncovered: str = "raise"  # patch(on_uncovered=...), with ops "exact": "raise" or "warn"
     patch: bool = True
     trace_dir: str | None = None
     gradients: bool = False
@@ -56,6 +59,11 @@ class LaunchConfig:
             raise LaunchError(f"--ops must be one of {', '.join(OPS_CHOICES)}; got {self.ops!r}")
         if self.init not in initialisers.SCHEMES:
             raise LaunchError(f"--init must be one of {', '.join(initialisers.SCHEMES)}; got {self.init!r}")
+        if self.on_uncovered not in ON_UNCOVERED:
+            raise LaunchError(f"--on-uncovered must be one of {', '.join(ON_UNCOVERED)}; got {self.on_uncovered!r}")
+        if self.on_uncovered != "raise" and self.ops != "exact":
+            raise LaunchError("--on-uncovered is what the exact tier's audit does with the ops it names: it needs "
+                              "--ops exact")
 
     @property
     def patch_ops(self) -> str | bool:
@@ -67,6 +75,7 @@ class LaunchConfig:
         options = [] if self.threads is None else ["--threads", str(self.threads)]
         options += [] if self.onednn is None else ["--onednn", "on" if self.onednn else "off"]
         options += {"auto": [], "all": ["--ops"], "exact": ["--ops", "exact"], "none": ["--no-ops"]}[self.ops]
+        options += [] if self.on_uncovered == "raise" else ["--on-uncovered", self.on_uncovered]
         return options + ([] if self.init == "order" else ["--init", self.init])
 
     def to_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:

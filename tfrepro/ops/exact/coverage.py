@@ -7,21 +7,29 @@ exact tier every function TensorFlow traces (``fit``'s train, test and predict s
 audited as its trace ends, before it first runs: each op that reaches the function's outputs or a
 state update is checked against what is proven to give the same bits on all four axes:
 
-- ops the exact tier built (their name scope carries ``MARK``; functions they call inherit it);
-- data movement, comparisons, selection, ``relu``, max/min: exact for any input;
-- integer and boolean arithmetic: exact in any order;
+- ops the exact tier built on its exact path (their name scope carries ``MARK``; functions they
+  call inherit it; an exact op that falls back to TF's kernel builds it outside the scope);
+- data movement, comparisons, selection, ``relu``, elementwise max/min: exact for any input;
+- integer and boolean arithmetic: exact in any order (an op with a float output or a float ``T``
+  is a float op);
 - single IEEE-rounded float arithmetic (add, subtract, multiply, divide, sqrt): the same bits
-  everywhere, except that XLA may fuse a multiply into the add that consumes it (an FMA), so an
-  add or subtract of a float product is named for XLA.
+  everywhere, except where XLA rewrites it: it may fuse a multiply into the add that consumes it
+  (an FMA; products are seen through views, ``IdentityN`` and function calls), and it turns a
+  division by a value it knows when it compiles into a multiplication by its reciprocal (and
+  ``A / sqrt(B)``, ``(A / B) / C`` into other roundings): those are named for XLA.
 
 Everything else is named with its layer (the name scope it was built in) and the axes it can break
 (``Uncovered``): float reductions and products (threads, XLA, replicas; oneDNN for its kernels),
-transcendental functions (oneDNN, XLA), fused normalisations, stateful and stateless random ops
-(XLA, replicas), and any op type not in these tables (all four). ``patch(ops="exact")`` raises
-``UncoveredOpError`` listing them all, before the first step; ``on_uncovered="warn"`` warns and
-trains. Not audited: functions that ``tf.data`` traces (they run outside XLA and oneDNN, element by
-element) and ops run eagerly (a custom loop without ``tf.function``; ``fit`` with
-``run_eagerly=True`` is refused by name).
+float max/min reductions (signed zeros and NaNs), transcendental functions and reciprocals (oneDNN,
+XLA), fused normalisations, stateful and stateless random ops (XLA, replicas), a sum over replicas
+(a collective all-reduce, or an ``AddN`` of values from two devices) of anything but the tier's
+replica-global values (replicas), a computed float converted to an integer (XLA), and any op type
+not in these tables (all four). ``patch(ops="exact")`` raises ``UncoveredOpError`` listing them
+all, before the first step; ``on_uncovered="warn"`` warns and trains. Trust comes from the name
+scope only, never from a function's name. Not audited: functions that ``tf.data`` traces (they run
+outside XLA and oneDNN, element by element), functions loaded from a SavedModel, and ops run
+eagerly (a custom loop without ``tf.function``; ``fit`` with ``run_eagerly=True`` is refused by
+name).
 """
 
 from __future__ import annotations
@@ -300,7 +308,9 @@ class _Function:
             while producer is not None and not producer.device and producer.op in _CARRY and producer.input:
                 producer = self.nodes.get(_producer(producer.input[0]))
             if producer is not None and producer.device:
-                devices.add(producer.device)
+                spec = tf.DeviceSpec.from_string(producer.device)
+                devices.add((spec.job or "localhost", spec.replica or 0, spec.task or 0, (spec.device_type or "").upper(),
+                             spec.device_index or 0))
         return len(devices) > 1
 
     def replica_global(self, node: Any) -> bool:
@@ -502,8 +512,8 @@ class _Auditor:
                    f"its bits can differ across threads, oneDNN, XLA or replicas:\n  - {shown}{more}")
         if self.policy == "raise":
             raise UncoveredOpError(message + "\nReplace or remove them, or pass patch(ops='exact', on_uncovered='warn') "
-                                   "to train with them named (patch(ops='auto') is deterministic on one machine).",
-                                   found)
+                                   "(the CLI's --on-uncovered warn) to train with them named (patch(ops='auto') is "
+                                   "deterministic on one machine).", found)
         warn(message + "\n(on_uncovered='warn': training goes on; these ops can make runs on the axes named differ)")
 
 
@@ -561,7 +571,8 @@ def check_fit(model: Any) -> None:
     message = ("tfrepro exact tier: fit(run_eagerly=True) runs the step's ops eagerly, where the audit of traced "
                "steps cannot check them; compile without run_eagerly")
     if _AUDITOR.policy == "raise":
-        raise UncoveredOpError(message + ", or pass patch(ops='exact', on_uncovered='warn') to go on unaudited.", [])
+        raise UncoveredOpError(message + ", or pass patch(ops='exact', on_uncovered='warn') (the CLI's "
+                               "--on-uncovered warn) to go on unaudited.", [])
     warn(message + " (on_uncovered='warn': training goes on, unaudited)")
 
 
@@ -572,7 +583,8 @@ def findings() -> tuple[int, list[Uncovered]]:
 
 def covered(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` (an exact-tier op) building its ops under the ``MARK`` name scope, so that the
-    audit knows them for the exact tier's own."""
+    audit knows them for the exact tier's own (where it falls back to TF's kernel, a dtype it does
+    not cover, it steps out of the scope: ``_fixed.unmarked``)."""
     import functools
 
     @functools.wraps(function)
