@@ -10,6 +10,7 @@ LayerNormalization on two replicas the audit names what breaks before the first 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,10 +24,13 @@ from conftest import clean_env
 pytestmark = [pytest.mark.keras, pytest.mark.slow, pytest.mark.exact]
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+# XLA compiling the whole step takes about 200 s of CPU, 7x the other runs: it runs on Keras 3's leg. The ops
+# of tf-keras's step are the same exact ops, and its audit (every run here) names any op XLA could change.
+KERAS2 = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
 RUNS = {
     "base": ["--threads", "2", "--onednn", "on"],
     "threads1_onednn_off": ["--threads", "1", "--onednn", "off"],
-    "xla": ["--threads", "2", "--onednn", "on", "--jit"],
+    **({} if KERAS2 else {"xla": ["--threads", "2", "--onednn", "on", "--jit"]}),
     "auto1": ["--ops", "auto", "--threads", "1"],
     "auto2": ["--ops", "auto", "--threads", "2"],
     "no_dropout": ["--no-dropout"],
@@ -52,9 +56,10 @@ def trained():
         return {name: future.result() for name, future in futures.items()}
 
 
-@pytest.mark.parametrize("variant", ["threads1_onednn_off", "xla"])
+@pytest.mark.parametrize("variant", ["threads1_onednn_off", pytest.param("xla", marks=pytest.mark.skipif(
+    KERAS2, reason="XLA's run is Keras 3's (RUNS)"))])
 def test_the_exact_tier_gives_the_same_weights(trained, variant):
-    assert trained["xla"]["jit"] and not trained["base"]["jit"]  # XLA did compile fit's step (Keras 3 resets it)
+    assert variant != "xla" or (trained["xla"]["jit"] and not trained["base"]["jit"])  # XLA compiled fit's step
     assert trained[variant]["weights"] == trained["base"]["weights"]
     assert trained[variant]["digest"] == trained["base"]["digest"]
     assert (trained[variant]["loss"], trained[variant]["accuracy"]) == (trained["base"]["loss"], trained["base"]["accuracy"])
