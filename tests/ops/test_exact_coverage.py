@@ -178,6 +178,12 @@ FMA_ESCAPES = {  # a multiply that reaches an add past something XLA looks throu
     "of a squared difference": lambda x: tf.math.squared_difference(x, 1.0) + 1.0,
     "out of a nested function": lambda x: _tripled(x) + 1.0,
     "into a nested function": lambda x: _added(x * 3.0, x),
+    "through a transpose": lambda x: tf.transpose(x * 3.0) + 1.0,
+    "through a slice": lambda x: (x * 3.0)[:, :2] + 1.0,
+    "through a gather": lambda x: tf.gather(x * 3.0, [1, 0]) + 1.0,
+    "through a tile": lambda x: tf.tile(x * 3.0, [2, 1]) + 1.0,
+    "through a concatenation": lambda x: tf.concat([x, x * 3.0], 0) + 1.0,
+    "through a select": lambda x: tf.where(x > 0, x * 3.0, x) + 1.0,
 }
 
 
@@ -254,6 +260,19 @@ def test_trust_comes_from_the_tiers_scope_not_a_functions_name():
         with pytest.raises(tfrepro.UncoveredOpError, match="MatMul in the step"), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the tier warns that float64 runs TF's kernel
             tf.function(lambda x: tf.matmul(x, x, transpose_b=True))(tf.constant(X, tf.float64))
+
+
+def test_tfs_automatic_gradient_of_a_tier_op_is_audited():
+    """Inside a gradient, the forward op's scope is part of every name: only the ops the tier's own
+    gradient functions build are trusted, not TF's gradient of an op in the tier's scope."""
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            with tf.name_scope(coverage.MARK):  # as if the tier had built a tanh
+                y = tf.tanh(x)
+        return tape.gradient(y, x)
+
+    assert set(_named(step, FLOATS)) == {"TanhGrad"}
 
 
 NAMED = {"transformer": ("Rsqrt", "FusedBatchNormV3"), "resnet": ("FusedBatchNormV3", "overlapping"),

@@ -13,6 +13,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tfrepro
 from tfrepro.ops.exact import _fixed, activations, arithmetic, convolutions, linalg, losses, noise, pooling, reductions
 
 RNG = np.random.default_rng(0)
@@ -520,6 +521,40 @@ def test_stock_division_by_a_count_differs_under_xla_negative_control():
     plain, compiled = (tf.function(stock, input_signature=spec, jit_compile=j)(x) for j in (False, True))
     assert bits(plain) != bits(compiled)
     assert bits(arithmetic.divide_no_nan(x, tf.zeros_like(x))) == bits(tf.zeros_like(x))
+
+
+def test_divide_takes_python_numbers_as_tf_does_and_its_divisor_gradient_does_not_overflow():
+    """A Python number takes the other operand's dtype, on either side (``1 / x``, ``x / 2``)."""
+    for dtype in (np.float32, np.float16):
+        y = tf.constant(np.array([3.0, 0.5], dtype))
+        for x_, y_ in ((1, y), (1.0, y), (y, 2), (y, 2.0)):
+            assert bits(arithmetic.divide(x_, y_)) == bits(tf.divide(x_, y_))
+    big = tf.constant([3e30], tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(big)
+        q = arithmetic.divide(tf.constant([1e30]), big)
+    assert np.isfinite(tape.gradient(q, big).numpy()).all()  # -x / y**2 would be -1e30 / inf
+
+
+def test_sums_keep_the_graphs_order_with_xla_on_or_off():
+    """Grappler's arithmetic optimizer makes ``a + (b + c)`` an ``AddN`` summed left to right; XLA
+    keeps the order as traced (negative control). The exact tier turns the optimizer off, and
+    ``unpatch`` turns it back on."""
+    a, b, c = (tf.constant(_scaled((10_000,), 6, np.random.default_rng(seed))) for seed in range(3))
+
+    def nested(a, b, c):
+        return a + (b + c)
+
+    def xla_and_not():
+        return [bits(tf.function(nested, jit_compile=jit)(a, b, c)) for jit in (False, True)]
+
+    plain, compiled = xla_and_not()
+    assert plain != compiled
+    with tfrepro.patched(0, ops="exact"):
+        assert tf.config.optimizer.get_experimental_options()["arithmetic_optimization"] is False
+        plain, compiled = xla_and_not()
+        assert plain == compiled
+    assert tf.config.optimizer.get_experimental_options()["arithmetic_optimization"] is True
 
 
 def test_cross_entropy_checks_shapes_and_gives_labels_their_gradient():

@@ -53,6 +53,22 @@ import tensorflow as tf
 from tfrepro.ops import _stock
 
 MARK = "tfrepro_exact"  # the name scope of ops exact in any order, which the exact tier's audit trusts
+# The same, for ops built while TF builds a gradient: there the forward op's scope (MARK included)
+# is part of every name, so the audit trusts a gradient's ops by this mark alone, not TF's own
+# gradients of the exact tier's ops.
+BACKWARD_MARK = MARK + "_backward"
+
+
+def in_gradient(scope: str) -> bool:
+    """Whether the name scope (or node name) ``scope`` is where TF builds a gradient."""
+    root = scope.split("/", 1)[0]
+    return root == "gradient_tape" or root == "gradients" or root.startswith("gradients_")
+
+
+def marking() -> tf.name_scope:
+    """The name scope of the exact tier's own ops: ``MARK``, or ``BACKWARD_MARK`` in a gradient."""
+    scope = "" if tf.executing_eagerly() else tf.compat.v1.get_default_graph().get_name_scope()
+    return tf.name_scope(BACKWARD_MARK if in_gradient(scope) else MARK)
 
 # Per working dtype: (bits type, mantissa bits, exponent bias, exponent mask, largest exponent a
 # single power-of-two factor may have). float16/bfloat16/float32 work in float32 (exact upcast).

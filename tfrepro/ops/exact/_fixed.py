@@ -41,7 +41,7 @@ with and without XLA.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import tensorflow as tf
 
@@ -121,6 +121,7 @@ def join_int64(limbs: tf.Tensor) -> tf.Tensor:
 
 
 MARK = _exact_sum.MARK  # the name scope of the exact tier's ops, which its audit trusts (``coverage``)
+marking = _exact_sum.marking  # enters it (``BACKWARD_MARK`` where TF builds a gradient)
 REPLICA_GLOBAL = MARK + "_replica_global"  # the scope of a replica-global value: all on the first replica
 
 
@@ -319,13 +320,13 @@ def exact_batch_sum(x: tf.Tensor, axes: list[int], replicas: Replicas | None = N
 
 
 def custom_gradient(forward):
-    """``tf.custom_gradient(forward)``, its gradient function's ops built under ``MARK`` too (TF
-    builds a custom gradient's ops outside the name scope of the op it belongs to)."""
+    """``tf.custom_gradient(forward)``, its gradient function's ops marked the exact tier's too (TF
+    builds them in the gradient's scope, ``BACKWARD_MARK``)."""
     def marked(*args):
         result, gradient = forward(*args)
 
         def in_scope(*upstream):
-            with tf.name_scope(MARK):
+            with marking():
                 return gradient(*upstream)
 
         return result, in_scope
@@ -357,6 +358,20 @@ def barrier(p: tf.Tensor) -> tf.Tensor:
     bits = tf.bitcast(p, tf.int64)
     rounded = tf.bitcast(tf.bitwise.bitwise_and(bits + 16, ~31), tf.float64)
     return tf.where(tf.math.is_nan(p), p, rounded)
+
+
+def keep_graph_order() -> Callable[[], None]:
+    """Turn off Grappler's arithmetic optimizer, which re-associates float sums and products (it
+    makes ``a + (b + c)`` an ``AddN``, summed left to right) where XLA keeps the graph's order; so a
+    step computes as traced with XLA on or off. Returns the undo."""
+    before = tf.config.optimizer.get_experimental_options().get("arithmetic_optimization")
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+
+    def undo() -> None:
+        # None (TF's default) cannot be set back; on is the default's meaning
+        tf.config.optimizer.set_experimental_options({"arithmetic_optimization": before is not False})
+
+    return undo
 
 
 def mul(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:

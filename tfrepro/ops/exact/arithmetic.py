@@ -37,8 +37,13 @@ def _unbroadcast(gradient: tf.Tensor, like: tf.Tensor, other: tf.Tensor) -> tf.T
 
 def _divided(x, y, name: str, no_nan: bool) -> tf.Tensor:
     with tf.name_scope(name):
-        x = tf.convert_to_tensor(x)
-        y = tf.convert_to_tensor(y, dtype_hint=x.dtype)
+        # As TF's binary ops: a Python number takes the dtype of the tensor it meets.
+        if not tf.is_tensor(x) and tf.is_tensor(y):
+            y = tf.convert_to_tensor(y)
+            x = tf.convert_to_tensor(x, dtype=y.dtype)
+        else:
+            x = tf.convert_to_tensor(x)
+            y = tf.convert_to_tensor(y, dtype_hint=x.dtype)
         if x.dtype not in EXACT_DTYPES or y.dtype != x.dtype:
             with _fixed.unmarked():  # float64 and integers: TF's division, which the audit checks itself
                 return _stock.divide_no_nan(x, y) if no_nan else _stock.divide(x, y)
@@ -46,10 +51,11 @@ def _divided(x, y, name: str, no_nan: bool) -> tf.Tensor:
         @tf.custom_gradient
         def quotient(x, y):
             def gradient(dq):
-                with tf.name_scope(_fixed.MARK):
+                with _fixed.marking():
                     dx = _unbroadcast(_quotient(dq, y, no_nan), x, y)
-                with _fixed.unmarked():  # TF's: -dq * x / y**2, named by the audit if a step needs it
-                    dy = _stock.divide_no_nan(-dq * x, y * y) if no_nan else -dq * x / (y * y)
+                with _fixed.unmarked():  # TF's: -dq * x / y / y, named by the audit if a step needs it
+                    div = _stock.divide_no_nan if no_nan else _stock.divide
+                    dy = div(div(-dq * x, y), y)
                     dy = tf.reshape(tf.reduce_sum(dy, tf.raw_ops.BroadcastGradientArgs(
                         s0=tf.shape(y), s1=tf.shape(x))[0]), tf.shape(y))
                 return dx, dy

@@ -44,6 +44,7 @@ import tensorflow as tf
 from tfrepro import _targets
 from tfrepro._import_hooks import call_after_import
 from tfrepro.errors import UncoveredOpError, warn
+from tfrepro.ops import _exact_sum
 from tfrepro.ops.exact import _fixed
 
 AXES = ("threads", "oneDNN", "XLA", "replicas")
@@ -79,6 +80,9 @@ _DIVISIONS = frozenset("RealDiv Div DivNoNan".split())
 _DIVISOR_REWRITES = _DIVISIONS | frozenset("Sqrt Exp Pow Rsqrt".split())
 _VIEWS = frozenset("Identity Snapshot Reshape ExpandDims Squeeze BroadcastTo Neg StopGradient PreventGradient "
                    "EnsureShape".split())  # XLA looks through them
+# Ops that move a product's elements without rounding them: XLA fuses through them too
+_MOVES = frozenset("""Transpose Slice StridedSlice Tile GatherV2 Gather GatherNd ResourceGather Reverse ReverseV2
+    Pad PadV2 MirrorPad ConcatV2 Concat Pack Unpack Split SplitV Select SelectV2""".split())
 _CALLS = {"PartitionedCall": 0, "StatefulPartitionedCall": 0, "If": 1, "StatelessIf": 1, "Case": 1,
           "StatelessCase": 1, "While": 0, "StatelessWhile": 0}  # op -> the input that is the callee's first argument
 _STATIC = frozenset("Const Shape ShapeN Size Rank".split())  # values XLA knows when it compiles
@@ -253,10 +257,18 @@ class _Function:
     def product_input(self, node: Any) -> bool:
         """Whether an input of ``node`` is a float product that is not the exact tier's (its
         products are rounded through a barrier that no compiler fuses)."""
-        for edge in _data(node):
-            found = self.source(edge)
-            if found is not None and found[1].op in _PRODUCTS and not found[0].marked(found[1]) and _floating(found[1]):
+        stack, seen = [(self, edge) for edge in _data(node)], set()
+        while stack and len(seen) < 1_000:
+            function, edge = stack.pop()
+            found = function.source(edge)
+            if found is None or (id(found[0]), found[1].name) in seen:
+                continue
+            seen.add((id(found[0]), found[1].name))
+            function, producer = found
+            if producer.op in _PRODUCTS and not function.marked(producer) and _floating(producer):
                 return True
+            if producer.op in _MOVES:
+                stack.extend((function, edge) for edge in _data(producer))
         return False
 
     def rewritten_division(self, node: Any) -> bool:
@@ -409,6 +421,9 @@ def _powers_of_two(node: Any) -> bool:
 
 
 def _marked(name: str) -> bool:
+    """Whether ``name`` is an op the exact tier built (in a gradient, TF's own gradient of one is not)."""
+    if _exact_sum.in_gradient(name):
+        return any(part.startswith(_exact_sum.BACKWARD_MARK) for part in name.split("/"))
     return any(_fixed.marked_scope(part) for part in name.split("/"))
 
 
@@ -589,7 +604,7 @@ def covered(function: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        with tf.name_scope(MARK):
+        with _fixed.marking():
             return function(*args, **kwargs)
 
     return call
