@@ -88,3 +88,21 @@ def test_a_second_pass_while_the_clock_was_never_set_warns_and_draws_the_same(mo
             assert not np.array_equal(_values(keyed), first)  # the fix: a new epoch draws anew, silently
     finally:
         tfrepro.data.set_epoch(0)
+
+
+def test_keyed_draws_ask_to_be_sharded_by_element_unless_their_input_chose():
+    """A keyed pass has no file source to shard by: each worker draws the whole pass and keeps its
+    share (``AutoShardPolicy.DATA``); a policy set on the input stands."""
+    policies = tf.data.experimental.AutoShardPolicy
+    data = tf.data.Dataset.range(8)
+    for keyed in (tfrepro.data.shuffle(data, 8, seed=1), _numbers(key="aug")):
+        assert keyed.options().experimental_distribute.auto_shard_policy == policies.DATA
+    chosen = tf.data.Options()
+    chosen.experimental_distribute.auto_shard_policy = policies.OFF
+    own = tfrepro.data.shuffle(data.with_options(chosen), 8, seed=1)
+    assert own.options().experimental_distribute.auto_shard_policy == policies.OFF
+    assert data.options().experimental_distribute.auto_shard_policy == policies.AUTO
+    by_file = tf.data.Options()
+    by_file.experimental_distribute.auto_shard_policy = policies.FILE
+    with pytest.raises(ValueError, match="auto-shard policy is FILE: a keyed draw cannot be sharded by file"):
+        tfrepro.data.shuffle(data.with_options(by_file), 8, seed=1)

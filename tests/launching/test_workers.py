@@ -196,6 +196,16 @@ def test_a_two_worker_run_killed_by_sigkill_resumes_to_the_uninterrupted_bits(tm
     assert same_bits(weights(tmp_path / "resumed.worker-0.npz"), weights(tmp_path / "resumed.worker-1.npz"))
 
 
+@pytest.mark.slow
+def test_a_keyed_shuffle_trains_on_two_workers_under_the_default_auto_shard_policy(tmp_path):
+    """``tfrepro.data.shuffle`` has no file source to shard by: it asks for sharding by data, so
+    Keras's default (AUTO) policy splits its keyed order between the workers instead of failing."""
+    proc = run_tfrepro("run", "--workers", "2", "--seed", "0", "--", sys.executable, CNN, "--weights",
+                       str(tmp_path / "w.npz"), "--epochs", "2", "--keyed-shuffle", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert same_bits(weights(tmp_path / "w.worker-0.npz"), weights(tmp_path / "w.worker-1.npz"))
+
+
 # Randomness per replica -----------------------------------------------------------------------------
 
 def draws(*launch: str, patched: bool = True) -> list[dict]:

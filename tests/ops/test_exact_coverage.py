@@ -204,6 +204,8 @@ NOT_EXACT = {  # op -> a function whose op gives other bits on some axis, and on
     "Cast": (lambda x: tf.cast(x * 2.0, tf.int32), lambda x: tf.cast(x, tf.int32)),  # NaN: input data taken as is
     "ResizeBilinear": (lambda x: tf.image.resize(tf.cast(x, tf.uint8)[None, :, :, None], (8, 6)), None),  # float out
     "RealDiv": (lambda x: x / 3.0, lambda x: x / 4.0),  # XLA: x * (1 / 3); a quarter is exact
+    "AddV2": (lambda x: (x + 0.7) + 1.3, lambda x: (x + x) + 1.3),  # XLA: x + (0.7 + 1.3)
+    "Mul": (lambda x: (x * 0.7) * 1.3, lambda x: (x * x) * 1.3),
 }
 
 
@@ -273,6 +275,49 @@ def test_tfs_automatic_gradient_of_a_tier_op_is_audited():
         return tape.gradient(y, x)
 
     assert set(_named(step, FLOATS)) == {"TanhGrad"}
+
+
+def test_a_gradient_under_a_name_scope_and_a_second_order_gradient_are_audited_at_their_own_depth():
+    """``tf.gradients`` under a name scope (``train/gradients/...``) is a gradient too; in a second-order
+    gradient, TF's gradient of the tier's first-order ops is audited, not trusted by their mark."""
+    def scoped(x):
+        with tf.name_scope(coverage.MARK):
+            y = tf.tanh(x)
+        with tf.name_scope("train"):
+            return tf.gradients(y, x)[0]
+
+    assert set(_named(scoped, FLOATS)) == {"TanhGrad"}
+
+    def first_order(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = _tier_op(x)
+        return tape.gradient(y, x, output_gradients=x)
+
+    def second_order(x):
+        with tf.GradientTape() as outer:
+            outer.watch(x)
+            first = first_order(x)
+        return outer.gradient(first, x)
+
+    assert _named(first_order, FLOATS) == {}
+    assert set(_named(second_order, FLOATS)) == {"TanhGrad"}
+
+
+@_fixed.custom_gradient
+def _tier_op(v):  # as if the tier had built it: its gradient function's tanh carries the tier's mark
+    return tf.identity(v), tf.tanh
+
+
+def test_the_tiers_mean_and_dropout_and_their_gradients_are_covered():
+    with tfrepro.patched(0, ops="exact"):
+        def step(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = tf.reduce_mean(tf.nn.experimental.stateless_dropout(x, 0.5, seed=[1, 2]) + x, axis=1)
+            return y, tape.gradient(y, x)
+
+        assert _named(step, FLOATS) == {}
 
 
 NAMED = {"transformer": ("Rsqrt", "FusedBatchNormV3"), "resnet": ("FusedBatchNormV3", "overlapping"),

@@ -350,6 +350,29 @@ def test_dropout_mask_is_the_same_under_xla_and_keeps_the_rate():
     assert bits(noise.stateless_dropout(x, 0.3, seed=[4, 3])) != bits(out)
 
 
+def test_dropout_into_a_residual_add_and_a_means_gradient_are_the_same_under_xla():
+    """Dropout's scaling feeds a residual add that XLA would fuse into an FMA (negative control: the
+    same product and add in TF's ops); the tier rounds it through its barrier. Its gradient is the
+    same map; the mean's gradient is the upstream gradient over the count, rounded once."""
+    x, r = (tf.constant(_scaled((64, 96), 4, np.random.default_rng(seed))) for seed in (1, 2))
+    scale = tf.constant(np.float32(1 / 0.7))
+    assert bits(tf.function(lambda x, r: x * scale + r)(x, r)) != bits(xla(lambda x, r: x * scale + r)(x, r))
+
+    def step(x, r):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = reductions.reduce_mean(noise.stateless_dropout(x, 0.3, seed=[4, 2]) + r, axis=1)
+        return y, tape.gradient(y, x, output_gradients=y)
+
+    plain, compiled = tf.function(step, autograph=False)(x, r), xla(step)(x, r)
+    assert all(bits(a) == bits(b) for a, b in zip(plain, compiled))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_mean(x, axis=1)
+    assert bits(tape.gradient(y, x, output_gradients=plain[0])) == bits(
+        tf.function(lambda x, dy: tf.gradients(reductions.reduce_mean(x, axis=1), x, dy)[0])(x, plain[0]))
+
+
 def test_batch_sum_is_order_invariant_and_within_one_rounding():
     x = _scaled((300, 7), 10)
     total = _fixed.exact_batch_sum(tf.constant(x), [0]).numpy()
@@ -537,24 +560,26 @@ def test_divide_takes_python_numbers_as_tf_does_and_its_divisor_gradient_does_no
 
 
 def test_sums_keep_the_graphs_order_with_xla_on_or_off():
-    """Grappler's arithmetic optimizer makes ``a + (b + c)`` an ``AddN`` summed left to right; XLA
-    keeps the order as traced (negative control). The exact tier turns the optimizer off, and
-    ``unpatch`` turns it back on."""
+    """Grappler's arithmetic optimizer makes ``a + (b + c)`` an ``AddN`` summed left to right, and its
+    constant folding rotates ``C * (a * b)``; XLA keeps the order as traced (negative controls). The
+    exact tier turns both off, and ``unpatch`` turns them back on."""
     a, b, c = (tf.constant(_scaled((10_000,), 6, np.random.default_rng(seed))) for seed in range(3))
+    chains = (lambda a, b, c: a + (b + c), lambda a, b, c: 3.3 * (a * b), lambda a, b, c: 1.3 - (a + b))
 
-    def nested(a, b, c):
-        return a + (b + c)
+    def xla_and_not(chain):
+        return [bits(tf.function(chain, jit_compile=jit)(a, b, c)) for jit in (False, True)]
 
-    def xla_and_not():
-        return [bits(tf.function(nested, jit_compile=jit)(a, b, c)) for jit in (False, True)]
-
-    plain, compiled = xla_and_not()
-    assert plain != compiled
+    for chain in chains[:2]:
+        plain, compiled = xla_and_not(chain)
+        assert plain != compiled
     with tfrepro.patched(0, ops="exact"):
-        assert tf.config.optimizer.get_experimental_options()["arithmetic_optimization"] is False
-        plain, compiled = xla_and_not()
-        assert plain == compiled
-    assert tf.config.optimizer.get_experimental_options()["arithmetic_optimization"] is True
+        options = tf.config.optimizer.get_experimental_options()
+        assert options["arithmetic_optimization"] is False and options["constant_folding"] is False
+        for chain in chains:
+            plain, compiled = xla_and_not(chain)
+            assert plain == compiled
+    options = tf.config.optimizer.get_experimental_options()
+    assert options["arithmetic_optimization"] is True and options["constant_folding"] is True
 
 
 def test_cross_entropy_checks_shapes_and_gives_labels_their_gradient():

@@ -1,7 +1,7 @@
 """The Keras MNIST CNN (with Dropout) under MultiWorkerMirroredStrategy, knowing nothing of tfrepro.
 
     python multi_worker_cnn.py --weights W.npz [--epochs E] [--limit N]
-                               [--plant worker|run] [--kill-at EPOCH,BATCH --marker FILE]
+                               [--plant worker|run] [--kill-at EPOCH,BATCH --marker FILE] [--keyed-shuffle]
 
 Run it as ``tfrepro run --workers 2 -- python multi_worker_cnn.py ...`` (TF_CONFIG names the
 cluster). Each worker saves its final weights to W.npz with ".worker-K" before the suffix.
@@ -10,6 +10,7 @@ cluster). Each worker saves its final weights to W.npz with ".worker-K" before t
 the run's index in `tfrepro check`'s trace folder (run-K): the runs disagree, the workers do not.
 --kill-at makes worker 1 send itself SIGKILL as that batch begins, unless FILE exists (it is made
 then: the resumed run goes on).
+--keyed-shuffle shuffles with ``tfrepro.data.shuffle`` (its auto-shard policy left as TF's default).
 """
 
 import argparse
@@ -32,6 +33,7 @@ parser.add_argument("--limit", type=int, default=256)
 parser.add_argument("--plant", choices=("worker", "run"))
 parser.add_argument("--kill-at")
 parser.add_argument("--marker")
+parser.add_argument("--keyed-shuffle", action="store_true")
 args = parser.parse_args()
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -80,8 +82,13 @@ class Kill(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-data = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=3, reshuffle_each_iteration=False)
-        .batch(64))
+data = tf.data.Dataset.from_tensor_slices((x, y))
+if args.keyed_shuffle:
+    import tfrepro.data
+
+    data = tfrepro.data.shuffle(data, len(x)).batch(64)
+else:
+    data = data.shuffle(len(x), seed=3, reshuffle_each_iteration=False).batch(64)
 callbacks = ([Plant()] if args.plant else []) + ([Kill()] if args.kill_at else [])
 model.fit(data, epochs=args.epochs, verbose=0, callbacks=callbacks)
 stem, suffix = os.path.splitext(args.weights)

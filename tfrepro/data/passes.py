@@ -80,6 +80,26 @@ def with_cardinality_of(dataset: Any, result: Any) -> Any:
     return result.apply(tf.data.experimental.assert_cardinality(tf.constant(int(cardinality), tf.int64)))
 
 
+def sharded_by_element(result: Any, source: Any, what: str) -> Any:
+    """``result``, the keyed draw ``what`` on ``source``, sharded between ``tf.distribute`` workers
+    by element (``AutoShardPolicy.DATA``) where ``source`` leaves the policy to TF (``AUTO``): a
+    keyed pass reads its epoch from a file of its own, which ``AUTO`` would try to shard by file
+    (and fail: one file, two workers), and sharding the files under it would give each worker's
+    share the draws of the pass's first elements. So every worker runs the whole pass and keeps its
+    share: the element at position i draws with key i. ``OFF``, ``DATA`` and ``HINT`` set on
+    ``source`` stand; ``FILE`` raises."""
+    tf = _tf.import_tf()
+    policies = tf.data.experimental.AutoShardPolicy
+    policy = source.options().experimental_distribute.auto_shard_policy
+    if policy == policies.FILE:
+        raise ValueError(f"{what} is built on a dataset whose auto-shard policy is FILE: a keyed draw cannot be "
+                         "sharded by file (each worker's share would draw the first elements' numbers); set "
+                         "AutoShardPolicy.DATA, or shard the files yourself (Dataset.shard) and set OFF")
+    options = tf.data.Options()  # set on ``result`` too: a pass built from ``source``'s variant does not inherit it
+    options.experimental_distribute.auto_shard_policy = policies.DATA if policy == policies.AUTO else policy
+    return result.with_options(options)
+
+
 def _base_key(tf: Any, seed: int, purpose: tuple[int | str, ...]) -> Any:
     base = keys.key(seed, *purpose)
     element = _enclosing_arguments(tf)

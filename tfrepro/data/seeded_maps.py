@@ -52,7 +52,11 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     stateful random ops in it would still run in thread order, or serially under op determinism.
     `repeat()` after the map would start passes ahead of training, whose epochs race with `fit`'s
     clock: it raises (put it before, or fix `epoch`); `cache()` after it, and `Dataset.zip` of two
-    maps with one key, warn (`tfrepro.data.pipeline_checks`).
+    maps with one key, warn (`tfrepro.data.pipeline_checks`). Under a multi-worker strategy the
+    result is sharded by element (`AutoShardPolicy.DATA`) unless `dataset` sets a policy: every
+    worker maps (and reads) the whole pass and keeps its share, so an element draws with its own
+    position's seed (sharding the files would give each worker's elements the first elements'
+    seeds; `FILE` raises).
 
     Small elements are mapped up to `block` at a time. With a known length, blocks are of the
     largest size up to that which divides it, so that the length stays known. One call of the map's
@@ -88,7 +92,8 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
         TypeError: `dataset` is not a `tf.data.Dataset`, or `fn` is not callable.
         ValueError: No `seed` is given and no `tfrepro.patch` seed is active; `seed`, `epoch`,
             `num_parallel_calls` or `block` is out of range; or the elements cannot be mapped in
-            blocks of the `block` given (`block=1` always can).
+            blocks of the `block` given (`block=1` always can); or `dataset`'s auto-shard policy
+            is `FILE`.
 
     Examples:
         >>> import tensorflow as tf, tfrepro.data
@@ -122,14 +127,14 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
         in_blocks = _in_blocks(tf, dataset, cardinality, call, seeds, block or _BLOCK, calls,
                                None if block else _BLOCKED_BYTES)
         if not isinstance(in_blocks, str):
-            return pipeline_checks.mark(in_blocks, draw, dataset)
+            return pipeline_checks.mark(passes.sharded_by_element(in_blocks, dataset, draw.what), draw, dataset)
         if block is not None:
             raise ValueError(f"map_with_seed cannot map in blocks of {block}: {in_blocks}; pass block=1")
     keyed = tf.data.Dataset.zip((dataset, seeds()))
     # The cardinality asserted before the map: after a parallel map, its per-element check costs
     # more than the map's own overhead.
-    return pipeline_checks.mark(passes.with_cardinality_of(dataset, keyed).map(
-        call, num_parallel_calls=calls, deterministic=True), draw, dataset)
+    mapped = passes.with_cardinality_of(dataset, keyed).map(call, num_parallel_calls=calls, deterministic=True)
+    return pipeline_checks.mark(passes.sharded_by_element(mapped, dataset, draw.what), draw, dataset)
 
 
 def _in_blocks(tf: Any, dataset: Any, length: int | None, call: Callable[[Any, Any], Any],

@@ -21,7 +21,9 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
 
     Use it where a pass starts with an epoch: `repeat()` after it would start passes ahead of
     training and raises (put `repeat()` before it, or pass `epoch`); `cache()` after it, and
-    `Dataset.zip` of two shuffles with one seed and key (one permutation), warn.
+    `Dataset.zip` of two shuffles with one seed and key (one permutation), warn. Under a
+    multi-worker strategy it is sharded by element (`AutoShardPolicy.DATA`) unless `dataset` sets
+    a policy: every worker draws the whole pass's order and keeps its share (`FILE` raises).
 
     Args:
         dataset: The `tf.data.Dataset` to shuffle.
@@ -39,8 +41,9 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
 
     Raises:
         TypeError: `dataset` is not a `tf.data.Dataset`.
-        ValueError: `buffer_size` is not a positive int, `seed` or `epoch` is out of range, or no
-            `seed` is given and no `tfrepro.patch` seed is active.
+        ValueError: `buffer_size` is not a positive int, `seed` or `epoch` is out of range, no
+            `seed` is given and no `tfrepro.patch` seed is active, or `dataset`'s auto-shard policy
+            is `FILE`.
 
     Examples:
         >>> import tensorflow as tf, tfrepro.data
@@ -70,6 +73,6 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
         return tf.data.experimental.from_variant(variant, dataset.element_spec)
 
     draw = pipeline_checks.Draw(f"tfrepro.data.shuffle (key {key!r})", seed, ("shuffle", key), epoch)
-    return pipeline_checks.mark(passes.with_cardinality_of(dataset, passes.keyed_pass(one_pass, seed, ("shuffle", key),
-                                                                                      epoch)), draw, dataset)
+    shuffled = passes.with_cardinality_of(dataset, passes.keyed_pass(one_pass, seed, ("shuffle", key), epoch))
+    return pipeline_checks.mark(passes.sharded_by_element(shuffled, dataset, draw.what), draw, dataset)
 

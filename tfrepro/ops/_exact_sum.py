@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -53,22 +54,27 @@ import tensorflow as tf
 from tfrepro.ops import _stock
 
 MARK = "tfrepro_exact"  # the name scope of ops exact in any order, which the exact tier's audit trusts
-# The same, for ops built while TF builds a gradient: there the forward op's scope (MARK included)
-# is part of every name, so the audit trusts a gradient's ops by this mark alone, not TF's own
-# gradients of the exact tier's ops.
-BACKWARD_MARK = MARK + "_backward"
+_GRADIENT_SCOPE = re.compile(r"gradient_tape|gradients(_\d+)?")  # where the tape and tf.gradients build gradients
 
 
-def in_gradient(scope: str) -> bool:
-    """Whether the name scope (or node name) ``scope`` is where TF builds a gradient."""
-    root = scope.split("/", 1)[0]
-    return root == "gradient_tape" or root == "gradients" or root.startswith("gradients_")
+def gradient_depth(scope: str) -> int:
+    """How many gradients deep the name scope (or node name) ``scope`` is: 0 in a forward pass, 1
+    in a gradient, 2 in a gradient of a gradient."""
+    return sum(bool(_GRADIENT_SCOPE.fullmatch(part)) for part in scope.split("/"))
+
+
+def backward_mark(depth: int) -> str:
+    """The name scope of the exact tier's own ops in a gradient ``depth`` deep. There the forward
+    op's scope (``MARK`` or a shallower gradient's mark included) is part of every name, so the
+    audit trusts a gradient's ops by the mark of its own depth alone, never TF's gradient of the
+    exact tier's ops."""
+    return f"{MARK}_backward{depth}"
 
 
 def marking() -> tf.name_scope:
-    """The name scope of the exact tier's own ops: ``MARK``, or ``BACKWARD_MARK`` in a gradient."""
-    scope = "" if tf.executing_eagerly() else tf.compat.v1.get_default_graph().get_name_scope()
-    return tf.name_scope(BACKWARD_MARK if in_gradient(scope) else MARK)
+    """The name scope of the exact tier's own ops: ``MARK``, or ``backward_mark`` in a gradient."""
+    depth = 0 if tf.executing_eagerly() else gradient_depth(tf.compat.v1.get_default_graph().get_name_scope())
+    return tf.name_scope(backward_mark(depth) if depth else MARK)
 
 # Per working dtype: (bits type, mantissa bits, exponent bias, exponent mask, largest exponent a
 # single power-of-two factor may have). float16/bfloat16/float32 work in float32 (exact upcast).

@@ -121,7 +121,7 @@ def join_int64(limbs: tf.Tensor) -> tf.Tensor:
 
 
 MARK = _exact_sum.MARK  # the name scope of the exact tier's ops, which its audit trusts (``coverage``)
-marking = _exact_sum.marking  # enters it (``BACKWARD_MARK`` where TF builds a gradient)
+marking = _exact_sum.marking  # enters it (``_exact_sum.backward_mark`` where TF builds a gradient)
 REPLICA_GLOBAL = MARK + "_replica_global"  # the scope of a replica-global value: all on the first replica
 
 
@@ -321,7 +321,7 @@ def exact_batch_sum(x: tf.Tensor, axes: list[int], replicas: Replicas | None = N
 
 def custom_gradient(forward):
     """``tf.custom_gradient(forward)``, its gradient function's ops marked the exact tier's too (TF
-    builds them in the gradient's scope, ``BACKWARD_MARK``)."""
+    builds them in the gradient's scope: ``_exact_sum.backward_mark``)."""
     def marked(*args):
         result, gradient = forward(*args)
 
@@ -361,15 +361,18 @@ def barrier(p: tf.Tensor) -> tf.Tensor:
 
 
 def keep_graph_order() -> Callable[[], None]:
-    """Turn off Grappler's arithmetic optimizer, which re-associates float sums and products (it
-    makes ``a + (b + c)`` an ``AddN``, summed left to right) where XLA keeps the graph's order; so a
-    step computes as traced with XLA on or off. Returns the undo."""
-    before = tf.config.optimizer.get_experimental_options().get("arithmetic_optimization")
-    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+    """Turn off Grappler's arithmetic optimizer and constant folding, which re-associate float sums
+    and products (``a + (b + c)`` becomes an ``AddN`` summed left to right; ``C1 - (a + b)``,
+    ``C * (a * b)`` are rotated to bring the constant in) where XLA keeps the traced order; so a
+    step computes as traced with XLA on and off, but for the chains whose constants XLA folds
+    (``(a + C1) + C2``), which the audit names. Returns the undo."""
+    options = ("arithmetic_optimization", "constant_folding")
+    before = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options(dict.fromkeys(options, False))
 
     def undo() -> None:
-        # None (TF's default) cannot be set back; on is the default's meaning
-        tf.config.optimizer.set_experimental_options({"arithmetic_optimization": before is not False})
+        # unset (TF's default) cannot be set back; on is the default's meaning
+        tf.config.optimizer.set_experimental_options({option: before.get(option) is not False for option in options})
 
     return undo
 

@@ -53,9 +53,9 @@ def _divided(x, y, name: str, no_nan: bool) -> tf.Tensor:
             def gradient(dq):
                 with _fixed.marking():
                     dx = _unbroadcast(_quotient(dq, y, no_nan), x, y)
-                with _fixed.unmarked():  # TF's: -dq * x / y / y, named by the audit if a step needs it
+                with _fixed.unmarked():  # TF's: dq * (-x / y / y), named by the audit if a step needs it
                     div = _stock.divide_no_nan if no_nan else _stock.divide
-                    dy = div(div(-dq * x, y), y)
+                    dy = dq * div(div(-x, y), y)
                     dy = tf.reshape(tf.reduce_sum(dy, tf.raw_ops.BroadcastGradientArgs(
                         s0=tf.shape(y), s1=tf.shape(x))[0]), tf.shape(y))
                 return dx, dy

@@ -7,16 +7,19 @@ exact tier every function TensorFlow traces (``fit``'s train, test and predict s
 audited as its trace ends, before it first runs: each op that reaches the function's outputs or a
 state update is checked against what is proven to give the same bits on all four axes:
 
-- ops the exact tier built on its exact path (their name scope carries ``MARK``; functions they
+- ops the exact tier built on its exact path (their name scope carries ``MARK``, in a gradient
+  the mark of that gradient's depth, so TF's own gradient of a tier op is audited; functions they
   call inherit it; an exact op that falls back to TF's kernel builds it outside the scope);
 - data movement, comparisons, selection, ``relu``, elementwise max/min: exact for any input;
 - integer and boolean arithmetic: exact in any order (an op with a float output or a float ``T``
   is a float op);
 - single IEEE-rounded float arithmetic (add, subtract, multiply, divide, sqrt): the same bits
   everywhere, except where XLA rewrites it: it may fuse a multiply into the add that consumes it
-  (an FMA; products are seen through views, ``IdentityN`` and function calls), and it turns a
-  division by a value it knows when it compiles into a multiplication by its reciprocal (and
-  ``A / sqrt(B)``, ``(A / B) / C`` into other roundings): those are named for XLA.
+  (an FMA; products are seen through views, data movement, ``IdentityN`` and function calls),
+  it turns a division by a value it knows when it compiles into a multiplication by its
+  reciprocal (and ``A / sqrt(B)``, ``(A / B) / C`` into other roundings), and it folds the
+  constants of a chain of adds or of multiplies: those are named for XLA. (Grappler's own
+  re-associations are off under the exact tier: ``_fixed.keep_graph_order``.)
 
 Everything else is named with its layer (the name scope it was built in) and the axes it can break
 (``Uncovered``): float reductions and products (threads, XLA, replicas; oneDNN for its kernels),
@@ -76,13 +79,16 @@ _ADDS = frozenset("Add AddV2 Sub BiasAdd AddN AssignAddVariableOp AssignSubVaria
 _SUMS = frozenset("Add AddV2 AddN".split())  # a sum of values from two replicas' devices is a cross-replica sum
 _PRODUCTS = frozenset("Mul MulNoNan Square SquaredDifference".split())
 _DIVISIONS = frozenset("RealDiv Div DivNoNan".split())
+_CHAINS = (frozenset("Add AddV2 Sub".split()), frozenset(["Mul"]))  # XLA folds constants along a chain of one kind
 # XLA rewrites A / sqrt(B) as A * rsqrt(B) and A / exp(B) as A * exp(-B), and re-associates divisions of divisions
 _DIVISOR_REWRITES = _DIVISIONS | frozenset("Sqrt Exp Pow Rsqrt".split())
 _VIEWS = frozenset("Identity Snapshot Reshape ExpandDims Squeeze BroadcastTo Neg StopGradient PreventGradient "
                    "EnsureShape".split())  # XLA looks through them
 # Ops that move a product's elements without rounding them: XLA fuses through them too
 _MOVES = frozenset("""Transpose Slice StridedSlice Tile GatherV2 Gather GatherNd ResourceGather Reverse ReverseV2
-    Pad PadV2 MirrorPad ConcatV2 Concat Pack Unpack Split SplitV Select SelectV2""".split())
+    Pad PadV2 MirrorPad ConcatV2 Concat Pack Unpack Split SplitV Select SelectV2 Roll ReverseSequence SpaceToBatchND
+    BatchToSpaceND SpaceToDepth DepthToSpace ExtractImagePatches MatrixBandPart MatrixDiag MatrixDiagPart
+    ResizeNearestNeighbor TensorListGetItem TensorListStack TensorListFromTensor TensorListSetItem""".split())
 _CALLS = {"PartitionedCall": 0, "StatefulPartitionedCall": 0, "If": 1, "StatelessIf": 1, "Case": 1,
           "StatelessCase": 1, "While": 0, "StatelessWhile": 0}  # op -> the input that is the callee's first argument
 _STATIC = frozenset("Const Shape ShapeN Size Rank".split())  # values XLA knows when it compiles
@@ -176,6 +182,8 @@ _REPLICA_SUM = (("replicas",), "each replica's partial value, summed in float by
                                "rounds otherwise")
 _DIVISION = (("XLA",), "XLA turns a division by a value it knows when it compiles into a multiplication by its "
                        "reciprocal (and A / sqrt(B) into A * rsqrt(B), (A / B) / C into A / (B * C)), rounded otherwise")
+_FOLDED = (("XLA",), "XLA folds the constants of a chain of float adds or multiplies into one ((a + C1) + C2 into "
+                     "a + (C1 + C2)), rounded otherwise")
 _TO_INTEGER = (("XLA",), "a computed float converted to an integer: NaN and out-of-range values convert to other "
                          "integers under XLA than in TF")
 
@@ -258,7 +266,9 @@ class _Function:
         """Whether an input of ``node`` is a float product that is not the exact tier's (its
         products are rounded through a barrier that no compiler fuses)."""
         stack, seen = [(self, edge) for edge in _data(node)], set()
-        while stack and len(seen) < 1_000:
+        while stack:
+            if len(seen) > 1_000:
+                return True  # too far to follow: named, not trusted
             function, edge = stack.pop()
             found = function.source(edge)
             if found is None or (id(found[0]), found[1].name) in seen:
@@ -270,6 +280,32 @@ class _Function:
             if producer.op in _MOVES:
                 stack.extend((function, edge) for edge in _data(producer))
         return False
+
+    def folded_constants(self, node: Any) -> bool:
+        """Whether this add or multiply has a constant operand and its other operand is an op of
+        the same kind with a constant operand: XLA folds the two constants into one."""
+        family = next((ops for ops in _CHAINS if node.op in ops), None)
+        if family is None:
+            return False
+        constants, others = self._operands(node)
+        if not constants or len(others) != 1 or others[0] is None:
+            return False
+        function, inner = others[0]
+        if inner.op not in family or not _floating(inner):
+            return False
+        inner_constants, others = function._operands(inner)
+        if not inner_constants or len(others) != 1:
+            return False
+        # x * 2**k * C rounds once however it is grouped: a chain with a power of two is exact
+        return node.op != "Mul" or not any(_power_of_two_constant(*found) for found in constants + inner_constants)
+
+    def _operands(self, node: Any) -> tuple[list[Any], list[Any]]:
+        """The sources of ``node``'s two operands: (those XLA knows when it compiles, the others)."""
+        constants, others = [], []
+        for edge in _data(node)[:2]:
+            found = self.source(edge)
+            (constants if found is not None and found[0].static(found[1]) else others).append(found)
+        return constants, others
 
     def rewritten_division(self, node: Any) -> bool:
         """Whether XLA may rewrite this float division into other roundings (``_DIVISION``)."""
@@ -411,6 +447,12 @@ def _op_definitions() -> Callable[[str], Any] | None:
     return _targets.find(op_def_registry, "tf:op_defs")
 
 
+def _power_of_two_constant(function: _Function, node: Any) -> bool:
+    """Whether ``node`` is a constant, or a constant cast, whose every value is a power of two (or 0)."""
+    found = function.source(node.name + ":0", _VIEWS | {"Cast"}) if node.op == "Cast" else (function, node)
+    return found is not None and found[1].op == "Const" and _powers_of_two(found[1])
+
+
 def _powers_of_two(node: Any) -> bool:
     """Whether every value of a float constant has an exact reciprocal (a power of two, or 0, inf, NaN)."""
     import numpy as np
@@ -422,14 +464,16 @@ def _powers_of_two(node: Any) -> bool:
 
 def _marked(name: str) -> bool:
     """Whether ``name`` is an op the exact tier built (in a gradient, TF's own gradient of one is not)."""
-    if _exact_sum.in_gradient(name):
-        return any(part.startswith(_exact_sum.BACKWARD_MARK) for part in name.split("/"))
+    depth = _exact_sum.gradient_depth(name)
+    if depth:
+        mark = _exact_sum.backward_mark(depth)
+        return any(part == mark or part.startswith(mark + "_") for part in name.split("/"))
     return any(_fixed.marked_scope(part) for part in name.split("/"))
 
 
 def _layer(name: str) -> str:
     parts = [part for part in name.split("/")[:-1] if not _fixed.marked_scope(part)]
-    gradient = bool(parts) and parts[0] in ("gradient_tape", "gradients")
+    gradient = bool(parts) and _exact_sum.gradient_depth(parts[0]) > 0
     parts = parts[1:-1] if gradient else parts  # a gradient op's scope is its forward op's name
     scope = "/".join(parts) or "the step"
     return f"{scope} (gradient)" if gradient else scope
@@ -455,6 +499,8 @@ def _verdict(function: _Function, node: Any) -> tuple[tuple[str, ...], str] | No
         return None if function.replica_global(node) else _REPLICA_SUM
     if op in _DIVISIONS and floating and function.rewritten_division(node):
         return _DIVISION
+    if floating and function.folded_constants(node):
+        return _FOLDED
     if op == "Cast" and node.attr["SrcT"].type in _FLOATS and node.attr["DstT"].type not in _FLOATS and \
             function.computed(node.input[0]):
         return _TO_INTEGER

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tfrepro.ops import _stock
 from tfrepro.ops.exact import _fixed
+from tfrepro.ops.exact.linalg import EXACT_DTYPES
 
 THRESHOLD_BITS = 24
 
@@ -28,7 +29,20 @@ def _masked(x, rate, bits_of_shape, noise_shape):
     threshold = tf.cast(tf.round(rate * 2.0**THRESHOLD_BITS), tf.int32)
     keep = tf.cast(tf.bitwise.right_shift(bits_of_shape(shape), 32 - THRESHOLD_BITS), tf.int32) >= threshold
     scale = tf.cast(1.0 / (1.0 - rate), x.dtype)
-    return tf.where(keep, x * scale, tf.zeros_like(x))
+    if x.dtype not in EXACT_DTYPES:  # float64: TF's product, which the audit checks
+        with _fixed.unmarked():
+            return tf.where(keep, x * scale, tf.zeros_like(x))
+    by = tf.cast(scale, tf.float64)
+
+    @_fixed.custom_gradient
+    def dropped(v):
+        # v * scale is exact in float64, so rounding it once gives TF's float product; the barrier
+        # keeps XLA from fusing it into an add that follows (a residual connection). Linear: the
+        # gradient (of any order) is the same map.
+        scaled = tf.cast(_fixed.mul(tf.cast(v, tf.float64), by), v.dtype)
+        return tf.where(keep, scaled, tf.zeros_like(v)), dropped
+
+    return dropped(x)
 
 
 def general_dropout(x, rate, uniform_sampler, noise_shape=None, name=None):

@@ -14,16 +14,30 @@ from tfrepro.ops.segment import reduce_sum
 def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
     """``tf.reduce_mean`` as the order-invariant sum over the element count, divided in float64 and
     rounded once (XLA turns a division by a compile-time count into a multiplication by its
-    reciprocal; in float64 both round to the same float32)."""
+    reciprocal; in float64 both round to the same float32); its gradient, the upstream gradient
+    over the count, the same way. Integers and float64 run TF's op (the audit checks it)."""
     with tf.name_scope(name or "ExactReduceMean"):
         x = tf.convert_to_tensor(input_tensor)
-        if not x.dtype.is_floating:
+        if x.dtype not in EXACT_DTYPES:
             with _fixed.unmarked():
                 return _stock.reduce_mean(x, axis=axis, keepdims=keepdims)
-        working = tf.float64 if x.dtype == tf.float64 else tf.float32
-        total = reduce_sum(tf.cast(x, working), axis=axis, keepdims=keepdims)
-        count = tf.size(x, out_type=tf.int64) // tf.maximum(tf.size(total, out_type=tf.int64), 1)
-        return tf.cast(tf.cast(total, tf.float64) / tf.cast(count, tf.float64), x.dtype)
+
+        @_fixed.custom_gradient
+        def mean(v):
+            total = reduce_sum(tf.cast(v, tf.float32), axis=axis, keepdims=keepdims)
+            count = tf.size(v, out_type=tf.int64) // tf.maximum(tf.size(total, out_type=tf.int64), 1)
+            count = tf.cast(count, tf.float64)
+
+            def gradient(dy):
+                rank = tf.rank(v)
+                axes = tf.range(rank) if axis is None else (tf.reshape(tf.cast(axis, tf.int32), [-1]) + rank) % rank
+                kept = tf.tensor_scatter_nd_update(tf.shape(v), axes[:, None], tf.ones_like(axes))
+                share = tf.cast(tf.cast(dy, tf.float64) / count, v.dtype)
+                return tf.broadcast_to(tf.reshape(share, kept), tf.shape(v))
+
+            return tf.cast(tf.cast(total, tf.float64) / count, v.dtype), gradient
+
+        return mean(x)
 
 
 def bias_add(value, bias, data_format=None, name=None):
