@@ -572,6 +572,12 @@ def test_sums_keep_the_graphs_order_with_xla_on_or_off():
     for chain in chains[:2]:
         plain, compiled = xla_and_not(chain)
         assert plain != compiled
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+    try:  # constant folding alone rotates C - (a + b)
+        plain, compiled = xla_and_not(chains[2])
+        assert plain != compiled
+    finally:
+        tf.config.optimizer.set_experimental_options({"arithmetic_optimization": True})
     with tfrepro.patched(0, ops="exact"):
         options = tf.config.optimizer.get_experimental_options()
         assert options["arithmetic_optimization"] is False and options["constant_folding"] is False

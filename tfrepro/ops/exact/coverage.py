@@ -88,6 +88,8 @@ _VIEWS = frozenset("Identity Snapshot Reshape ExpandDims Squeeze BroadcastTo Neg
 _MOVES = frozenset("""Transpose Slice StridedSlice Tile GatherV2 Gather GatherNd ResourceGather Reverse ReverseV2
     Pad PadV2 MirrorPad ConcatV2 Concat Pack Unpack Split SplitV Select SelectV2 Roll ReverseSequence SpaceToBatchND
     BatchToSpaceND SpaceToDepth DepthToSpace ExtractImagePatches MatrixBandPart MatrixDiag MatrixDiagPart
+    MatrixDiagV2 MatrixDiagV3 MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiag MatrixSetDiagV2 MatrixSetDiagV3
+    TensorScatterUpdate DynamicStitch ParallelDynamicStitch
     ResizeNearestNeighbor TensorListGetItem TensorListStack TensorListFromTensor TensorListSetItem""".split())
 _CALLS = {"PartitionedCall": 0, "StatefulPartitionedCall": 0, "If": 1, "StatelessIf": 1, "Case": 1,
           "StatelessCase": 1, "While": 0, "StatelessWhile": 0}  # op -> the input that is the callee's first argument
@@ -296,7 +298,7 @@ class _Function:
         inner_constants, others = function._operands(inner)
         if not inner_constants or len(others) != 1:
             return False
-        # x * 2**k * C rounds once however it is grouped: a chain with a power of two is exact
+        # x * 2**k * C rounds once however it is grouped (unless x * 2**k overflows or is subnormal)
         return node.op != "Mul" or not any(_power_of_two_constant(*found) for found in constants + inner_constants)
 
     def _operands(self, node: Any) -> tuple[list[Any], list[Any]]:
