@@ -66,7 +66,8 @@ from zoo_patterns import PATTERNS  # noqa: E402  (the names only: importing zoo.
 CAPABILITIES = ("patch", "check", "doctor", "resume", "seed", "keyed", "workers", "exact")
 
 
-_EXACT_REFUSALS = {"vae": "Exp in ", "gan": "Log1p in ", "bert_masking": "RandomUniform",
+_EXACT_REFUSALS = {"vae": "AddV2 in encoder", "bert_masking": "RandomUniform",
+                   "gan": "RandomStandardNormal in " if KERAS2 else "StatelessRandomNormalV2 in ",
                    "batchnorm": "RsqrtGrad in ", "tf_random_ops": "AddV2 in ", "generator_layer": "RngReadAndSkip in "}
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tfrepro
-from tfrepro.ops.exact import _fixed, activations, arithmetic, convolutions, linalg, losses, noise, pooling, reductions
+from tfrepro.ops.exact import _elementary, _fixed, activations, arithmetic, convolutions, linalg, losses, noise, pooling, reductions
 
 RNG = np.random.default_rng(0)
 
@@ -321,11 +321,11 @@ def test_softmax_is_accurate_invariant_and_the_same_under_xla(log):
 
 def test_exp_and_log_are_accurate_and_fma_proof():
     x = np.linspace(-700, 700, 200_001)  # normal results: TF flushes subnormals to zero on a CPU
-    assert np.max(np.abs(losses.exp(tf.constant(x)).numpy() / np.exp(x) - 1)) < 1e-13
+    assert np.max(np.abs(_elementary.exp(tf.constant(x)).numpy() / np.exp(x) - 1)) < 1e-13
     y = np.exp(np.linspace(-700, 700, 200_001))
-    assert np.max(np.abs(losses.log(tf.constant(y)).numpy() - np.log(y)) / np.maximum(np.abs(np.log(y)), 1)) < 1e-15
-    assert bits(losses.exp(tf.constant(x))) == bits(xla(losses.exp)(tf.constant(x)))
-    assert bits(losses.log(tf.constant(y))) == bits(xla(losses.log)(tf.constant(y)))
+    assert np.max(np.abs(_elementary.log(tf.constant(y)).numpy() - np.log(y)) / np.maximum(np.abs(np.log(y)), 1)) < 1e-15
+    assert bits(_elementary.exp(tf.constant(x))) == bits(xla(_elementary.exp)(tf.constant(x)))
+    assert bits(_elementary.log(tf.constant(y))) == bits(xla(_elementary.log)(tf.constant(y)))
 
 
 def test_stock_exp_and_multiply_add_differ_under_xla_negative_control():
@@ -465,7 +465,7 @@ def test_cli_takes_ops_exact(tmp_path):
 
     script = tmp_path / "probe.py"
     script.write_text("import sys, tfrepro, tensorflow as tf\nfrom tfrepro.determinism import state\n"
-                      "if sys.argv[1:] == ['tanh']:\n    tf.function(tf.tanh)(tf.constant(1.0))\n"
+                      "if sys.argv[1:] == ['sin']:\n    tf.function(tf.math.sin)(tf.constant(1.0))\n"
                       "print(state.active_summation())\n")
     run = lambda *flags: subprocess.run([sys.executable, "-m", "tfrepro", "run", *flags[:-1], "--", sys.executable,
                                          str(script), *flags[-1:]], env=clean_env(), capture_output=True, text=True,
@@ -474,10 +474,10 @@ def test_cli_takes_ops_exact(tmp_path):
         proc = run(*flag, "plain")
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.strip().splitlines()[-1] == expected
-    refused = run("--ops", "exact", "tanh")  # the audit names the script's tanh, and how to go on
-    assert refused.returncode == 1 and "Tanh in the step" in refused.stderr and "--on-uncovered warn" in refused.stderr
-    warned = run("--ops", "exact", "--on-uncovered", "warn", "tanh")
-    assert warned.returncode == 0 and "Tanh in the step" in warned.stderr, warned.stderr[-2000:]
+    refused = run("--ops", "exact", "sin")  # the audit names the script's sine, and how to go on
+    assert refused.returncode == 1 and "Sin in the step" in refused.stderr and "--on-uncovered warn" in refused.stderr
+    warned = run("--ops", "exact", "--on-uncovered", "warn", "sin")
+    assert warned.returncode == 0 and "Sin in the step" in warned.stderr, warned.stderr[-2000:]
     bad = subprocess.run([sys.executable, "-m", "tfrepro", "run", "--ops", "exact", "--no-ops", "--", sys.executable,
                           str(script)], env=clean_env(), capture_output=True, text=True, timeout=300, check=False)
     assert bad.returncode == 2 and "not allowed with argument" in bad.stderr and "Traceback" not in bad.stderr
@@ -634,3 +634,30 @@ def test_a_second_order_gradient_is_refused_by_name_not_silently_zero(through):
         for run in (penalty, tf.function(penalty)):
             with pytest.raises(NotImplementedError, match="second-order gradient through"):
                 run()
+
+
+def test_add_of_a_broadcast_weight_gives_it_an_exact_gradient_and_leaves_other_adds_to_tf():
+    """Keras 3 adds a bias of more than one axis (MultiHeadAttention's projections) with ``tf.add``:
+    the tier's add sums its gradient exactly over the broadcast axes (replica-global under a
+    strategy: ``test_exact_training.py``); an add of two activations is TF's own, audited."""
+    x = tf.constant(_scaled((6, 5, 2, 4), 8))
+    bias = tf.Variable(_scaled((2, 4), 1))
+    dz = tf.constant(_scaled((6, 5, 2, 4), 8))
+
+    @tf.function(autograph=False)
+    def step(x, dz):
+        with tf.GradientTape() as tape:
+            z = arithmetic.add(x, bias.read_value())
+        return z, tape.gradient(z, bias, output_gradients=dz)
+
+    z, grad = step(x, dz)
+    assert bits(z) == bits(x + bias)
+    assert bits(grad) == bits(reductions.reduce_sum(dz, axis=[0, 1]))
+    order = RNG.permutation(6)
+    assert bits(step(tf.gather(x, order), tf.gather(dz, order))[1]) == bits(grad)  # the batch's order: no bit
+    assert bits(arithmetic.add(x, 1.5)) == bits(x + 1.5) and bits(arithmetic.add(2, 3)) == bits(tf.add(2, 3))
+    graph = tf.function(lambda a, b: arithmetic.add(a, b)).get_concrete_function(x, x).graph
+    assert not any(_fixed.MARK in op.name for op in graph.get_operations())  # two activations: TF's add
+    ragged = tf.ragged.constant([[1.0], [2.0, 3.0]])
+    assert arithmetic.add(ragged, ragged).to_list() == [[2.0], [4.0, 6.0]]
+    assert arithmetic.add(tf.constant(["a"]), tf.constant(["b"])).numpy().tolist() == [b"ab"]

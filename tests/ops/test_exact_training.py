@@ -1,11 +1,21 @@
-"""The exact tier's guarantee, in fresh processes, bits compared: the Keras MNIST CNN (with a softmax
-Dense layer before its head, and an accuracy metric reading its output softmax) trained under
-``patch(ops="exact")`` ends on the same weights with 1 thread and oneDNN off as with 2 threads and
-oneDNN on (both axes at once: one process fewer), with XLA off and on, and (without Dropout) on one device and on two MirroredStrategy replicas with the
-same global batch; under ``ops="auto"`` the thread counts give different weights (the negative
-control). Every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads. Each run
-is audited (``tfrepro.ops.exact.coverage``) and would fail if the audit named an op; with a
-LayerNormalization on two replicas the audit names what breaks before the first step."""
+"""The exact tier's guarantee, in fresh processes, bits compared (``tests/scripts/exact_train.py``):
+
+- the Keras MNIST CNN (a Dense layer followed by every activation the tier computes, a softmax
+  Dense layer before its head, an accuracy metric reading its output softmax) ends on the same
+  weights with 1 thread and oneDNN off as with 2 threads and oneDNN on (both axes at once: one
+  process fewer), with XLA off and on (without the activations: XLA compiles each alone in
+  ``test_exact_elementwise.py``), and, without Dropout and with a LayerNormalization (and on Keras
+  3 a MultiHeadAttention), on one device and on two MirroredStrategy replicas with the same global
+  batch;
+- keras-io's Transformer text classifier ends on the same weights across threads, oneDNN and XLA;
+  on two replicas its Embedding's sparse gradient is named before the first step, as is a
+  BatchNormalization's float all-reduce in the CNN;
+- under ``ops="auto"`` thread counts (the CNN) and oneDNN (the Transformer) change the weights:
+  the negative controls;
+- every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads.
+
+Each run is audited (``tfrepro.ops.exact.coverage``) and fails if the audit names an op.
+"""
 
 from __future__ import annotations
 
@@ -26,22 +36,37 @@ pytestmark = [pytest.mark.keras, pytest.mark.slow, pytest.mark.exact]
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # XLA compiling the whole step takes about 200 s of CPU, 7x the other runs: it runs on Keras 3's leg. The ops
 # of tf-keras's step are the same exact ops, and its audit (every run here) names any op XLA could change.
+# The activations' float64 arithmetic takes XLA over 6 minutes more to compile inside the step: XLA's
+# run leaves them out (each is compiled alone, forward and backward, in test_exact_elementwise.py).
 KERAS2 = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
+TRANSFORMER = ["--model", "transformer"]
+ATTENTION = [] if KERAS2 else ["--attention"]
 RUNS = {
     "base": ["--threads", "2", "--onednn", "on"],
     "threads1_onednn_off": ["--threads", "1", "--onednn", "off"],
-    **({} if KERAS2 else {"xla": ["--threads", "2", "--onednn", "on", "--jit"]}),
+    **({} if KERAS2 else {"xla": ["--threads", "2", "--onednn", "on", "--jit", "--no-activations"],
+                          "xla_base": ["--threads", "2", "--onednn", "on", "--no-activations"]}),
     "auto1": ["--ops", "auto", "--threads", "1"],
     "auto2": ["--ops", "auto", "--threads", "2"],
-    "no_dropout": ["--no-dropout"],
-    "no_dropout_mirrored": ["--no-dropout", "--replicas", "2"],
-    "layer_norm_mirrored": ["--no-dropout", "--replicas", "2", "--layer-norm", "--steps", "1"],
+    # a LayerNormalization, and on Keras 3 a MultiHeadAttention (its biases' gradients are the tier's add's;
+    # tf-keras adds them with `+=`, which the audit names on replicas)
+    "no_dropout": ["--no-dropout", "--layer-norm", *ATTENTION],
+    "no_dropout_mirrored": ["--no-dropout", "--layer-norm", *ATTENTION, "--replicas", "2"],
+    "batch_norm_mirrored": ["--no-dropout", "--replicas", "2", "--batch-norm", "--steps", "1"],
+    # keras-io's Transformer classifier (issue #33): threads, oneDNN and XLA; its Embedding's sparse
+    # gradient is refused by name on two replicas; under "auto" oneDNN changes its weights
+    "transformer": [*TRANSFORMER, "--threads", "2", "--onednn", "on"],
+    "transformer_threads1_onednn_off": [*TRANSFORMER, "--threads", "1", "--onednn", "off"],
+    **({} if KERAS2 else {"transformer_xla": [*TRANSFORMER, "--threads", "2", "--onednn", "on", "--jit"]}),
+    "transformer_auto_onednn_on": [*TRANSFORMER, "--ops", "auto", "--onednn", "on"],
+    "transformer_auto_onednn_off": [*TRANSFORMER, "--ops", "auto", "--onednn", "off"],
+    "transformer_mirrored": [*TRANSFORMER, "--no-dropout", "--replicas", "2", "--steps", "1"],
 }
-REFUSED = {"layer_norm_mirrored"}  # runs that the exact tier's audit must refuse before the first step
+REFUSED = {"batch_norm_mirrored", "transformer_mirrored"}  # runs the exact tier's audit must refuse before a step
 
 
 def _train(args: list[str], refused: bool = False) -> dict:
-    proc = subprocess.run([sys.executable, str(SCRIPTS / "exact_cnn.py"), "--steps", "3", *args], env=clean_env(),
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "exact_train.py"), "--steps", "3", *args], env=clean_env(),
                           capture_output=True, text=True, timeout=900, check=False)
     if refused:
         return {"returncode": proc.returncode, "stderr": proc.stderr, "stdout": proc.stdout}
@@ -56,34 +81,48 @@ def trained():
         return {name: future.result() for name, future in futures.items()}
 
 
-@pytest.mark.parametrize("variant", ["threads1_onednn_off", pytest.param("xla", marks=pytest.mark.skipif(
-    KERAS2, reason="XLA's run is Keras 3's (RUNS)"))])
+_VARIANTS = {"threads1_onednn_off": "base", "xla": "xla_base", "transformer_threads1_onednn_off": "transformer",
+             "transformer_xla": "transformer"}  # run -> the run it must equal
+
+
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.skipif(
+    KERAS2 and "xla" in v, reason="XLA's runs are Keras 3's (RUNS)")) for v in _VARIANTS])
 def test_the_exact_tier_gives_the_same_weights(trained, variant):
-    assert variant != "xla" or (trained["xla"]["jit"] and not trained["base"]["jit"])  # XLA compiled fit's step
-    assert trained[variant]["weights"] == trained["base"]["weights"]
-    assert trained[variant]["digest"] == trained["base"]["digest"]
-    assert (trained[variant]["loss"], trained[variant]["accuracy"]) == (trained["base"]["loss"], trained["base"]["accuracy"])
+    base = trained[_VARIANTS[variant]]
+    assert "xla" not in variant or (trained[variant]["jit"] and not base["jit"])  # XLA compiled fit's step
+    assert trained[variant]["weights"] == base["weights"]
+    assert trained[variant]["digest"] == base["digest"]
+    assert (trained[variant]["loss"], trained[variant]["accuracy"]) == (base["loss"], base["accuracy"])
 
 
-def test_auto_gives_different_weights_across_thread_counts_negative_control(trained):
+def test_auto_gives_different_weights_across_thread_counts_and_onednn_negative_control(trained):
     assert trained["auto1"]["digest"] != trained["auto2"]["digest"]
+    assert trained["transformer_auto_onednn_on"]["digest"] != trained["transformer_auto_onednn_off"]["digest"]
 
 
-def test_one_device_and_two_replicas_give_the_same_weights(trained):
+def test_one_device_and_two_replicas_give_the_same_weights_layer_norm_included(trained):
     assert trained["no_dropout_mirrored"]["replicas"] == 2
     assert trained["no_dropout_mirrored"]["weights"] == trained["no_dropout"]["weights"]
 
 
-def test_a_gradient_summed_across_replicas_in_float_is_named_before_the_first_step(trained):
-    """LayerNormalization's gamma and beta gradients are per-replica partial sums that the strategy
-    adds in float (another rounding than one device's sum): the audit names that all-reduce for the
-    replicas axis, and the normalisation itself (Keras 3's rsqrt, tf-keras's fused batch norm),
-    before any step (the issue's finding 6)."""
-    run = trained["layer_norm_mirrored"]
+def _refused(run: dict) -> str:
     assert run["returncode"] != 0 and not run["stdout"].strip()
     assert "UncoveredOpError" in run["stderr"], run["stderr"][-3000:]
-    assert re.search(r"CollectiveReduceV2 in .+? \(can differ across [^)]*replicas", run["stderr"]), run["stderr"][-3000:]
-    assert re.search(r"(Rsqrt|FusedBatchNormV3) in \S*layer_normalization", run["stderr"]), run["stderr"][-3000:]
+    return run["stderr"]
+
+
+def test_a_gradient_summed_across_replicas_in_float_is_named_before_the_first_step(trained):
+    """BatchNormalization's gamma and beta gradients are per-replica partial sums that the strategy
+    adds in float (another rounding than one device's sum): the audit names that all-reduce for the
+    replicas axis, and the normalisation's own multiply-adds and rsqrt, before any step."""
+    said = _refused(trained["batch_norm_mirrored"])
+    assert re.search(r"CollectiveReduceV2 in .+? \(can differ across [^)]*replicas", said), said[-3000:]
+    assert re.search(r"\w+ in \S*batch_normalization", said), said[-3000:]
+
+
+def test_an_embeddings_sparse_gradient_across_replicas_is_named_before_the_first_step(trained):
+    said = _refused(trained["transformer_mirrored"])
+    assert re.search(r"CollectiveGatherV2 in .+? \(can differ across replicas: a sparse gradient", said), said[-3000:]
 
 
 def test_elementwise_ops_give_the_same_bits_at_any_thread_count():

@@ -13,12 +13,12 @@ import sys
 import tfrepro
 
 threads = int(sys.argv[1])
-tfrepro.patch(0, threads=threads, ops="exact", on_uncovered="warn")  # exp, tanh, ... are named: measured here
+tfrepro.patch(0, threads=threads, ops="exact", on_uncovered="warn")  # TF's sqrt, a*b+c, ... are named: measured here
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tfrepro.ops.exact import _fixed, losses  # noqa: E402
+from tfrepro.ops.exact import _elementary, _fixed  # noqa: E402
 
 rng = np.random.default_rng(0)
 n = 1_000_003
@@ -33,8 +33,11 @@ OPS = {
     "exp": lambda: tf.exp(x), "log": lambda: tf.math.log(positive), "tanh": lambda: tf.tanh(x),
     "sigmoid": lambda: tf.sigmoid(x), "softmax": lambda: tf.nn.softmax(tf.reshape(x[:1_000_000], [-1, 10])),
     "cast_f64": lambda: tf.cast(x, tf.float64), "cast_f32": lambda: tf.cast(x64 * y64, tf.float32),
-    "round": lambda: tf.round(x * 1000.0), "exact_exp": lambda: losses.exp(-tf.abs(x64)),
-    "exact_log": lambda: losses.log(tf.abs(x64) + 1.0), "barrier": lambda: _fixed.mul(x64, y64) + y64,
+    "round": lambda: tf.round(x * 1000.0), "exact_exp": lambda: _elementary.exp(-tf.abs(x64)),
+    "exact_log": lambda: _elementary.log(tf.abs(x64) + 1.0), "barrier": lambda: _fixed.mul(x64, y64) + y64,
+    "gelu": lambda: tf.nn.gelu(x), "swish": lambda: tf.nn.silu(x), "softplus": lambda: tf.math.softplus(x),
+    "rsqrt": lambda: tf.math.rsqrt(positive), "sigmoid_xent": lambda: tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=tf.sigmoid(y), logits=x),
     "bias_add": lambda: tf.nn.bias_add(tf.reshape(x[:1_000_000], [-1, 100]), y[:100]),
 }
 hashes = {}

@@ -190,7 +190,7 @@ def _replacements_setting(tf_version: str | None) -> Setting:
         covered = [name for name in replaced if not name.startswith("refused ")]
         refused = [name[len("refused "):] for name in replaced if name.startswith("refused ")]
         return Setting("op replacements", f"exact tier (ops='exact'): {len(covered)} ops order-invariant (matmul, convolution, pooling, "
-                       "dropout, sums, softmax and cross-entropies exact), "
+                       "dropout, sums, activations, exp/log and cross-entropies exact), "
                        f"{len(refused)} refused by name, Keras's Adam and SGD updates FMA-proof", None,
                        "exact: " + ", ".join(covered) + "; refused: " + ", ".join(refused))
     return Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops", None,

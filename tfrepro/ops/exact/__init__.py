@@ -10,11 +10,15 @@ batch (tested with 2; docs/explanation/exact-tier.md states the limits).
 - ``convolutions``: 1-D and 2-D convolutions as exact products of patches.
 - ``pooling``: max and average pooling over non-overlapping windows, XLA-compilable gradients.
 - ``noise``: dropout with a mask from integer random bits.
-- ``losses``: the softmax cross-entropies with FMA-proof ``exp`` and ``log``.
-- ``activations``: ``softmax`` and ``log_softmax`` built the same way.
-- ``arithmetic``: ``divide`` and ``divide_no_nan``, whose quotients XLA's reciprocal rewrite cannot change.
+- ``losses``: the softmax and sigmoid cross-entropies.
+- ``activations``: ``softmax``, ``log_softmax``, ``tanh``, ``sigmoid``, ``silu``, ``gelu``, ``elu``,
+  ``selu``, ``softplus``, in float64 from the FMA-proof functions of ``_elementary``.
+- ``transcendental``: ``exp``, ``expm1``, ``log``, ``log1p``, ``rsqrt`` the same way.
+- ``arithmetic``: ``divide`` and ``divide_no_nan``, whose quotients XLA's reciprocal rewrite cannot change,
+  and ``add`` of a broadcast weight, whose gradient is replica-global.
 - ``reductions``: ``reduce_sum``, ``reduce_mean``, ``bias_add``.
 - ``optimizers``: Keras 3's Adam and SGD updates, FMA-proof.
+- ``normalization``: Keras's ``LayerNormalization``, one exact op with replica-global weight gradients.
 - ``refusals``: what is not covered raises by name.
 - ``coverage``: the audit of every traced step: what is not covered is named before it runs.
 
@@ -58,8 +62,23 @@ _BINDINGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "tensorflow.python.ops.nn_ops:softmax_cross_entropy_with_logits_v2")),
     "softmax": ("activations", "softmax", ("tf.nn.softmax", "tf.math.softmax")),
     "divide": ("arithmetic", "divide", ("tf.divide", "tf.math.divide")),
+    "add": ("arithmetic", "add", ("tf.add", "tf.math.add")),
     "divide_no_nan": ("arithmetic", "divide_no_nan", ("tf.math.divide_no_nan", "tf.compat.v1.div_no_nan")),
     "log_softmax": ("activations", "log_softmax", ("tf.nn.log_softmax", "tf.math.log_softmax")),
+    "sigmoid_cross_entropy_with_logits": ("losses", "sigmoid_cross_entropy_with_logits", (
+        "tf.nn.sigmoid_cross_entropy_with_logits",)),
+    "tanh": ("activations", "tanh", ("tf.tanh", "tf.math.tanh", "tf.nn.tanh")),
+    "sigmoid": ("activations", "sigmoid", ("tf.sigmoid", "tf.math.sigmoid", "tf.nn.sigmoid")),
+    "silu": ("activations", "silu", ("tf.nn.silu", "tf.nn.swish")),
+    "gelu": ("activations", "gelu", ("tf.nn.gelu",)),
+    "elu": ("activations", "elu", ("tf.nn.elu",)),
+    "selu": ("activations", "selu", ("tf.nn.selu",)),
+    "softplus": ("activations", "softplus", ("tf.math.softplus", "tf.nn.softplus")),
+    "exp": ("transcendental", "exp", ("tf.exp", "tf.math.exp")),
+    "expm1": ("transcendental", "expm1", ("tf.math.expm1",)),
+    "log": ("transcendental", "log", ("tf.math.log",)),
+    "log1p": ("transcendental", "log1p", ("tf.math.log1p",)),
+    "rsqrt": ("transcendental", "rsqrt", ("tf.math.rsqrt",)),
     "sparse_softmax_cross_entropy_with_logits": ("losses", "sparse_softmax_cross_entropy_with_logits", (
         "tf.nn.sparse_softmax_cross_entropy_with_logits",
         "tensorflow.python.ops.nn_ops:sparse_softmax_cross_entropy_with_logits_v2")),
@@ -78,8 +97,8 @@ def table() -> dict[str, tuple[Any, tuple[str, ...]]]:
     return found
 
 
-_SUBMODULES = ("_fixed", "activations", "arithmetic", "convolutions", "coverage", "linalg", "losses", "noise", "optimizers",
-               "pooling", "reductions", "refusals")
+_SUBMODULES = ("_elementary", "_fixed", "activations", "arithmetic", "convolutions", "coverage", "linalg", "losses",
+               "noise", "normalization", "optimizers", "pooling", "reductions", "refusals", "transcendental")
 
 
 def __getattr__(name: str) -> Any:

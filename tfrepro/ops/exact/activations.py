@@ -1,19 +1,26 @@
-"""The exact tier's ``softmax`` and ``log_softmax``: the same bits with XLA and without, with oneDNN
-on and off, at any thread count, and for any order of the classes.
+"""The exact tier's activations: ``softmax`` and ``log_softmax``, and ``tanh``, ``sigmoid``,
+``silu`` (swish), ``gelu`` (both forms), ``elu``, ``selu`` and ``softplus``: the same bits with XLA
+and without, with oneDNN on and off, at any thread count (and for any order of the classes).
 
-Both are computed as the cross-entropies compute them (``losses``): in float64, ``z - max`` exactly,
-the FMA-proof ``exp``, the row's sum as an exact fixed-point sum, ``softmax = exp / sum`` and
-``log_softmax = (z - max) - log(sum)`` with ``log1p`` near 1, each rounded once to the input's
-dtype: within an ulp of the float64 result (tested). Their gradients, ``y * (dy - sum(dy * y))``
-and ``dy - softmax * sum(dy)``, sum exactly too, with every product rounded through its bits.
-Second-order gradients are refused by name, as through the tier's other ops.
+Each is computed in float64 from the FMA-proof functions of ``_elementary`` and rounded once to the
+input's dtype: within an ulp of the float64 result (tested). ``softmax`` and ``log_softmax`` are
+built as the cross-entropies are (``losses``): ``z - max`` exactly, the row's sum an exact
+fixed-point sum, ``log_softmax = (z - max) - log(sum)`` with ``log1p`` near 1; their gradients,
+``y * (dy - sum(dy * y))`` and ``dy - softmax * sum(dy)``, sum exactly too. The elementwise
+activations' gradients are ``dy`` times their derivative, in float64, rounded once. Second-order
+gradients are refused by name, as through the tier's other ops; float64 inputs run TF's ops (the
+audit checks them).
 """
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
-from tfrepro.ops.exact import _fixed
+from tfrepro.ops import _stock
+from tfrepro.ops.exact import _elementary, _fixed
+from tfrepro.ops.exact._elementary import elementwise
 from tfrepro.ops.exact.losses import _known_rank, _log_softmax_parts
 
 
@@ -65,3 +72,105 @@ def log_softmax(logits, axis=None, name=None):
     """``tf.nn.log_softmax`` with bits that XLA, oneDNN, threads and the classes' order cannot change
     (module doc). ``axis`` None is the last axis, as TF's."""
     return _normalised(logits, axis, name or "ExactLogSoftmax", log=True)
+
+
+def tanh(x, name=None):
+    """``tf.math.tanh`` with bits that XLA, oneDNN and threads cannot change (module doc); its
+    gradient ``dy * (1 - tanh**2)`` from the complement ``1 - |tanh|``, accurate in the tails."""
+    def derivative(x, y):
+        _, complement = _elementary.tanh_parts(x)
+        return _fixed.mul(complement, 2.0 - complement)
+
+    return elementwise(x, name or "ExactTanh", _stock.tanh, lambda x: _elementary.tanh_parts(x)[0], derivative)
+
+
+def _sigmoid_derivative(x: tf.Tensor) -> tf.Tensor:
+    return _fixed.mul(_elementary.sigmoid(x), _elementary.sigmoid(-x))
+
+
+def sigmoid(x, name=None):
+    """``tf.math.sigmoid`` with bits that XLA, oneDNN and threads cannot change (module doc); its
+    gradient ``dy * sigmoid(x) * sigmoid(-x)``."""
+    return elementwise(x, name or "ExactSigmoid", _stock.sigmoid, _elementary.sigmoid,
+                       lambda x, y: _sigmoid_derivative(x))
+
+
+def silu(features, beta=1.0, name=None):
+    """``tf.nn.silu`` (``tf.nn.swish``), ``x * sigmoid(beta * x)``, with bits that XLA, oneDNN and
+    threads cannot change (module doc), for a ``beta`` known when traced (a Python number, or a
+    constant: a trainable ``beta`` runs TF's op, which the audit names)."""
+    value = tf.get_static_value(beta)
+    if value is None or getattr(value, "size", 1) != 1:
+        with _fixed.unmarked():
+            return _stock.silu(features, beta=beta, name=name)
+    b = float(value)
+
+    def forward(x):
+        return _fixed.mul(x, _elementary.sigmoid(_elementary.argument(b * x)))
+
+    def derivative(x, y):  # s + b x s (1 - s), with 1 - s = sigmoid(-b x)
+        bx = _elementary.argument(b * x)
+        s = _elementary.sigmoid(bx)
+        return s + _fixed.mul(_fixed.mul(bx, s), _elementary.sigmoid(-bx))
+
+    return elementwise(features, name or "ExactSilu", lambda x: _stock.silu(x, beta=beta), forward, derivative)
+
+
+_GELU_C = math.sqrt(2 / math.pi)
+_GELU_CUBIC = 0.044715
+
+
+def gelu(features, approximate=False, name=None):
+    """``tf.nn.gelu`` with bits that XLA, oneDNN and threads cannot change (module doc): exact,
+    ``x * P(N(0, 1) <= x)``; or approximate, ``x * sigmoid(2 u)`` with ``u = sqrt(2 / pi) (x +
+    0.044715 x**3)`` (the same as TF's ``x (1 + tanh(u)) / 2``, without its cancellation for
+    negative ``x``)."""
+    def inner(x):  # 2 u and its derivative
+        square = _fixed.mul(x, x)
+        two_u = _elementary.argument((2 * _GELU_C) * (x + _fixed.mul(_GELU_CUBIC * x, square)))
+        return two_u, (2 * _GELU_C) * (1.0 + _fixed.mul(3 * _GELU_CUBIC, square))
+
+    if approximate:
+        def forward(x):
+            return _fixed.mul(x, _elementary.sigmoid(inner(x)[0]))
+
+        def derivative(x, y):  # s + x s (1 - s) (2 u)'
+            two_u, slope = inner(x)
+            s = _elementary.sigmoid(two_u)
+            return s + _fixed.mul(_fixed.mul(x, slope), _fixed.mul(s, _elementary.sigmoid(-two_u)))
+    else:
+        def forward(x):
+            return _fixed.mul(x, _elementary.normal_cdf(x))
+
+        def derivative(x, y):  # P(x) + x p(x)
+            return _elementary.normal_cdf(x) + _fixed.mul(x, _elementary.normal_pdf(x))
+
+    return elementwise(features, name or "ExactGelu", lambda x: _stock.gelu(x, approximate=approximate),
+                       forward, derivative)
+
+
+def elu(features, name=None):
+    """``tf.nn.elu`` with bits that XLA, oneDNN and threads cannot change (module doc)."""
+    return elementwise(features, name or "ExactElu", _stock.elu,
+                       lambda x: tf.where(x > 0, x, _elementary.expm1(x)),
+                       lambda x, y: tf.where(x > 0, tf.ones_like(x), _elementary.exp(x)))
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(features, name=None):
+    """``tf.nn.selu`` with bits that XLA, oneDNN and threads cannot change (module doc)."""
+    return elementwise(features, name or "ExactSelu", _stock.selu,
+                       lambda x: tf.where(x > 0, _SELU_SCALE * x, (_SELU_SCALE * _SELU_ALPHA) * _elementary.expm1(x)),
+                       lambda x, y: tf.where(x > 0, tf.fill(tf.shape(x), tf.constant(_SELU_SCALE, tf.float64)),
+                                             (_SELU_SCALE * _SELU_ALPHA) * _elementary.exp(x)))
+
+
+def softplus(features, name=None):
+    """``tf.math.softplus``, ``log(1 + e**x)``, with bits that XLA, oneDNN and threads cannot change
+    (module doc); its gradient ``sigmoid(x)``."""
+    return elementwise(features, name or "ExactSoftplus", _stock.softplus,
+                       lambda x: tf.maximum(x, 0.0) + _elementary.log1p(_elementary.exp(-tf.abs(x))),
+                       lambda x, y: _elementary.sigmoid(x))

@@ -1,5 +1,7 @@
 """The exact tier's divisions: ``divide`` and ``divide_no_nan`` (a loss's mean over the batch, a
-metric's total over its count), with the same bits whether XLA compiles them or not.
+metric's total over its count), with the same bits whether XLA compiles them or not; and ``add``
+of a weight broadcast over the batch (Keras 3's biases of more than one axis, as in
+``MultiHeadAttention``'s projections), whose gradient is an exact sum, global over replicas.
 
 XLA turns a division by a value it knows when it compiles (a constant, or a count computed from
 static shapes, as Keras's mean over the batch is) into a multiplication by its reciprocal, which
@@ -18,7 +20,7 @@ import tensorflow as tf
 
 from tfrepro.ops import _stock
 from tfrepro.ops.exact import _fixed
-from tfrepro.ops.exact.linalg import EXACT_DTYPES
+from tfrepro.ops.exact.linalg import EXACT_DTYPES, is_weight
 from tfrepro.ops.exact.reductions import reduce_sum
 
 
@@ -74,3 +76,41 @@ def divide(x, y, name=None):
 def divide_no_nan(x, y, name=None):
     """``tf.math.divide_no_nan``: 0 where ``y`` is 0, else ``divide`` (module doc)."""
     return _divided(x, y, name or "ExactDivideNoNan", no_nan=True)
+
+
+def _weight_gradient(gradient: tf.Tensor, weight: tf.Tensor) -> tf.Tensor:
+    """A broadcast weight's gradient summed back to its shape: exactly, and globally over replicas
+    (whole on the first, zero on the others, which the strategy's all-reduce adds exactly)."""
+    rank = gradient.shape.rank
+    shape = [1] * (rank - weight.shape.rank) + weight.shape.as_list()
+    axes = [axis for axis in range(rank) if shape[axis] == 1 and gradient.shape[axis] != 1]
+    if axes:
+        gradient = _fixed.first_order_only(_fixed.exact_batch_sum(gradient, axes, _fixed.Replicas()), "add")
+    return tf.reshape(gradient, weight.shape)
+
+
+def add(x, y, name=None):
+    """``tf.add`` (``tf.math.add``): where one operand is a weight broadcast against the other (a
+    bias), TF's add with the weight's gradient an exact sum over the axes it was broadcast along,
+    global over replicas (module doc); every other add is TF's own, which the audit checks."""
+    weights = (is_weight(x), is_weight(y))
+    dense = all(isinstance(v, tf.Tensor) or (hasattr(v, "assign") and hasattr(v, "dtype")) for v in (x, y))
+    if not any(weights) or not dense:  # activations, Python numbers, ragged tensors, strings: TF's add
+        with _fixed.unmarked():
+            return _stock.add(x, y, name=name)
+    with tf.name_scope(name or "ExactAdd"):
+        x, y = tf.convert_to_tensor(x), tf.convert_to_tensor(y)
+        if x.dtype not in EXACT_DTYPES or y.dtype != x.dtype or x.shape.rank is None or y.shape.rank is None \
+                or not all(v.shape.is_fully_defined() for v, weight in zip((x, y), weights) if weight):
+            with _fixed.unmarked():
+                return _stock.add(x, y)
+
+        @_fixed.custom_gradient
+        def total(a, b):
+            def gradient(dz):
+                return tuple(_weight_gradient(dz, v) if weight else _unbroadcast(dz, v, other)
+                             for v, other, weight in ((a, b, weights[0]), (b, a, weights[1])))
+
+            return _stock.add(a, b), gradient
+
+        return total(x, y)

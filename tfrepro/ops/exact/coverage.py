@@ -96,6 +96,7 @@ _CALLS = {"PartitionedCall": 0, "StatefulPartitionedCall": 0, "If": 1, "Stateles
 _STATIC = frozenset("Const Shape ShapeN Size Rank".split())  # values XLA knows when it compiles
 _DATA = frozenset("Placeholder IteratorGetNext IteratorGetNextSync OptionalGetValue Const ReadVariableOp".split())
 _CROSS_REPLICA = frozenset("CollectiveReduce CollectiveReduceV2 NcclAllReduce".split())
+_GATHERS = frozenset("CollectiveGather CollectiveGatherV2 NcclAllGather".split())  # of a sparse gradient's rows
 _CARRY = frozenset("Identity Reshape ExpandDims Squeeze ConcatV2 Pack Cast StopGradient".split())
 _ACCUMULATING = {
     **dict.fromkeys("""MatMul BatchMatMul BatchMatMulV2 BatchMatMulV3 Einsum Conv1D Conv2D Conv3D
@@ -171,6 +172,8 @@ def classify(op: str, dtype: int | None, product_input: bool = False) -> tuple[t
         return None
     if op in _CROSS_REPLICA:
         return _REPLICA_SUM
+    if op in _GATHERS:
+        return _SPARSE_GATHER
     if op in _ACCUMULATING:
         return _ACCUMULATING[op], ("a float reduction whose order (and so its rounding, or which of -0 and +0 or of "
                                    "two NaNs survives) the kernel, its threads or the batch split chooses")
@@ -182,6 +185,9 @@ def classify(op: str, dtype: int | None, product_input: bool = False) -> tuple[t
 _FMA = (("XLA",), "XLA may fuse the multiply that feeds this add into one FMA, rounded once, not twice")
 _REPLICA_SUM = (("replicas",), "each replica's partial value, summed in float by the strategy: one device's sum "
                                "rounds otherwise")
+_SPARSE_GATHER = (("replicas",), "a sparse gradient (an Embedding's) gathered across replicas: its sum differs from "
+                                 "one device's in the last bit (measured), so sparse weights can differ with the replica "
+                                 "count")
 _DIVISION = (("XLA",), "XLA turns a division by a value it knows when it compiles into a multiplication by its "
                        "reciprocal (and A / sqrt(B) into A * rsqrt(B), (A / B) / C into A / (B * C)), rounded otherwise")
 _FOLDED = (("XLA",), "XLA folds the constants of a chain of float adds or multiplies into one ((a + C1) + C2 into "

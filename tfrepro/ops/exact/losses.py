@@ -1,72 +1,21 @@
-"""The exact tier's softmax cross-entropies, and the FMA-proof ``exp`` and ``log`` they use.
+"""The exact tier's softmax and sigmoid cross-entropies.
 
-TF's ``exp`` and ``log`` kernels and XLA's differ in their last bits (measured on TF 2.21's CPU),
-and XLA contracts multiply-adds in fused code. So the cross-entropies here compute ``exp`` (a
-Cody-Waite reduction and a degree-13 Taylor polynomial) and ``log`` (an ``atanh`` series) in
-float64 from multiplications, additions and divisions alone, each product rounded through
-``_fixed.barrier`` before it is added to: the same bits with XLA and without, at any thread count.
-Both are accurate to about 1e-13 relative (the barriers round each step to 48 bits), far below
-the float32 result's rounding. The class sums
-are exact fixed-point sums (``_fixed.exact_batch_sum``). The loss is ``log(sum(exp(z - max))) -
-(z - max)[label]`` rounded once to the logits' dtype; its gradient ``softmax - labels``.
+TF's ``exp`` and ``log`` kernels and XLA's differ in their last bits, and XLA contracts
+multiply-adds in fused code; so the cross-entropies here are computed in float64 with the FMA-proof
+``exp`` and ``log1p`` of ``_elementary``, and the class sums are exact fixed-point sums
+(``_fixed.exact_batch_sum``). The softmax loss is ``log(sum(exp(z - max))) - (z - max)[label]``
+rounded once to the logits' dtype, its gradient ``softmax - labels``; the sigmoid loss is
+``max(z, 0) - z * label + log1p(exp(-|z|))``, its gradient ``sigmoid(z) - label``.
 """
 
 from __future__ import annotations
 
-import math
-
 import tensorflow as tf
 
 from tfrepro.ops import _stock
-from tfrepro.ops._exact_sum import _pow2
 from tfrepro.ops.exact import _fixed
-
-_LN2_HI = float.fromhex("0x1.62e42fee00000p-1")  # 32 significant bits: n * _LN2_HI is exact for |n| < 2**21
-_LN2_LO = math.log(2) - _LN2_HI
-_EXP_TERMS = [1.0 / math.factorial(i) for i in range(14)]
-_ATANH_TERMS = [1.0 / (2 * j + 1) for j in range(14)]
-
-
-def exp(x: tf.Tensor) -> tf.Tensor:
-    """``e**x`` in float64 for float64 ``x`` (module doc); 0 below -745, inf above 709.78."""
-    x = tf.clip_by_value(x, -746.0, 710.0)
-    n = tf.round(x * (1.0 / math.log(2)))
-    r = (x - n * _LN2_HI) - _fixed.mul(n, _LN2_LO)
-    p = tf.fill(tf.shape(r), tf.constant(_EXP_TERMS[-1], tf.float64))
-    for c in reversed(_EXP_TERMS[:-1]):
-        p = _fixed.mul(p, r) + c
-    for factor in _pow2(tf.cast(n, tf.int32), tf.float64):
-        p = p * factor
-    return p
-
-
-def log(x: tf.Tensor) -> tf.Tensor:
-    """``ln(x)`` in float64 for positive, finite, normal float64 ``x`` (module doc)."""
-    bits = tf.bitcast(x, tf.int64)
-    k = tf.bitwise.right_shift(bits, 52) - 1023
-    f = tf.bitcast(bits - tf.bitwise.left_shift(k, 52), tf.float64)  # in [1, 2)
-    big = f > math.sqrt(2)
-    f = tf.where(big, f * 0.5, f)
-    k = tf.cast(tf.where(big, k + 1, k), tf.float64)
-    t = (f - 1.0) / (f + 1.0)
-    return (k * _LN2_HI + _fixed.mul(k, _LN2_LO)) + _atanh_series(t, 2.0)
-
-
-def log1p(x: tf.Tensor) -> tf.Tensor:
-    """``ln(1 + x)`` in float64 for non-negative, finite float64 ``x``, accurate relative to the
-    result however small ``x`` is (``log(1 + x)`` loses ``x``'s low bits in ``1 + x``)."""
-    small = x < math.sqrt(2) - 1
-    t = x / (2.0 + x)  # ln(1 + x) = 2 atanh(x / (2 + x)), |t| < 0.18 where it is used
-    return tf.where(small, _atanh_series(t, 2.0), log(tf.where(small, tf.ones_like(x), 1.0 + x)))
-
-
-def _atanh_series(t: tf.Tensor, factor: float) -> tf.Tensor:
-    """``factor * atanh(t)`` for ``|t| < 0.18``: 14 terms of its odd series, FMA-proof."""
-    u = _fixed.mul(t, t)
-    p = tf.fill(tf.shape(u), tf.constant(_ATANH_TERMS[-1], tf.float64))
-    for c in reversed(_ATANH_TERMS[:-1]):
-        p = _fixed.mul(p, u) + c
-    return _fixed.mul(factor * t, p)
+from tfrepro.ops.exact._elementary import exp, log1p, sigmoid
+from tfrepro.ops.exact.linalg import EXACT_DTYPES
 
 
 def _log_softmax_parts(logits: tf.Tensor, axis: int):
@@ -172,3 +121,32 @@ def softmax_cross_entropy_with_logits(labels, logits, axis=-1, name=None):
 def softmax_cross_entropy_with_logits_v1(labels, logits, axis=None, name=None, dim=None):
     """``tf.compat.v1.nn.softmax_cross_entropy_with_logits_v2``'s signature (``dim`` is ``axis``)."""
     return softmax_cross_entropy_with_logits(labels, logits, axis=dim if axis is None else axis, name=name)
+
+
+def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None):
+    """``tf.nn.sigmoid_cross_entropy_with_logits`` with bits that XLA, oneDNN and threads cannot
+    change (module doc): float64, rounded once; gradients ``sigmoid(z) - label`` for the logits and
+    ``-z`` for the labels, as TF's. Dtypes outside the tier's run TF's op (its audit checks it)."""
+    with tf.name_scope(name or "ExactSigmoidCrossEntropyWithLogits"):
+        logits = tf.convert_to_tensor(logits)
+        labels = tf.convert_to_tensor(labels, dtype=logits.dtype)
+        logits.shape.assert_is_compatible_with(labels.shape)
+        if logits.dtype not in EXACT_DTYPES:
+            with _fixed.unmarked():
+                return _stock.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+        dtype = logits.dtype
+
+        @_fixed.custom_gradient
+        def xent(z, y):
+            z64, y64 = tf.cast(z, tf.float64), tf.cast(y, tf.float64)
+            loss = (tf.maximum(z64, 0.0) - _fixed.mul(z64, y64)) + log1p(exp(-tf.abs(z64)))
+
+            def gradient(dloss):
+                dloss = tf.cast(dloss, tf.float64)
+                dz = _fixed.mul(sigmoid(z64) - y64, dloss)
+                return (_fixed.first_order_only(tf.cast(dz, dtype), "a sigmoid cross-entropy"),
+                        tf.cast(-_fixed.mul(z64, dloss), dtype))
+
+            return tf.cast(loss, dtype), gradient
+
+        return xent(logits, labels)

@@ -1,0 +1,125 @@
+"""Train a model for a few steps under tfrepro.patch and print its weights' digest.
+
+--model cnn: the Keras MNIST CNN, with two Dense layers before its head (the first followed by
+every activation the exact tier computes: tanh, sigmoid, gelu, swish, elu, selu, softplus; the
+second a softmax) and an accuracy metric.
+--model transformer: keras-io's Transformer text classifier (token and position Embedding, a block
+of MultiHeadAttention, Dropout, LayerNormalization and a Dense feed-forward, global average
+pooling), reading each MNIST digit as a "sentence" of 49 tokens (its 4x4 patches' ink, 16 levels).
+
+usage: exact_train.py [--model cnn|transformer] [--ops exact|auto] [--threads N] [--onednn on|off]
+                      [--jit] [--no-dropout] [--replicas 1|2] [--steps N] [--layer-norm]
+                      [--batch-norm] [--attention] [--no-activations]
+
+--replicas 2 trains under MirroredStrategy over two logical CPU devices with the same global batch.
+"""
+
+import argparse
+import hashlib
+import json
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model", choices=("cnn", "transformer"), default="cnn")
+parser.add_argument("--ops", default="exact")
+parser.add_argument("--threads", type=int, default=None)
+parser.add_argument("--onednn", choices=("on", "off"), default=None)
+parser.add_argument("--jit", action="store_true")
+parser.add_argument("--no-dropout", action="store_true")
+parser.add_argument("--replicas", type=int, default=1)
+parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--layer-norm", action="store_true", help="a LayerNormalization before the CNN's head")
+parser.add_argument("--batch-norm", action="store_true", help="a BatchNormalization before the CNN's head")
+parser.add_argument("--attention", action="store_true", help="self-attention over the CNN's 16 features as 4 tokens")
+parser.add_argument("--no-activations", action="store_true", help="leave out the activations after the first Dense")
+args = parser.parse_args()
+
+import tfrepro  # noqa: E402
+
+onednn = None if args.onednn is None else args.onednn == "on"
+if args.replicas > 1:
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas)
+tfrepro.patch(7, threads=args.threads, onednn=onednn, ops=args.ops)
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfrepro.examples.datasets import load_mnist  # noqa: E402
+from tfrepro.examples.mnist_cnn import build_model, weights_digest  # noqa: E402
+
+batch = 64
+ACTIVATIONS = ("tanh", "sigmoid", "gelu", "swish", "elu", "selu", "softplus")
+data = load_mnist(allow_download=False, limit=batch * args.steps)
+strategy = (tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.replicas)]) if args.replicas > 1
+            else tf.distribute.get_strategy())
+
+
+def cnn():
+    model = build_model(tf.keras, dropout=not args.no_dropout)
+    # a softmax between Dense layers (issue #33's MLP), read by the accuracy metric too, and the
+    # activations the tier computes itself (issue #33), one after another on one Dense layer
+    hidden = [tf.keras.layers.Dense(16, activation=ACTIVATIONS[0], name="activations_hidden"),
+              *(tf.keras.layers.Activation(name) for name in ACTIVATIONS[1:] if not args.no_activations),
+              tf.keras.layers.Dense(16, activation="softmax", name="softmax_hidden")]
+    if args.attention:
+        hidden += [tf.keras.layers.Reshape((4, 4)), SelfAttention(), tf.keras.layers.Flatten()]
+    if args.layer_norm:
+        hidden.append(tf.keras.layers.LayerNormalization())
+    if args.batch_norm:
+        hidden.append(tf.keras.layers.BatchNormalization())
+    head = tf.keras.layers.Dense(model.layers[-1].units, activation="softmax")
+    return tf.keras.Sequential([tf.keras.Input(model.input_shape[1:]), *model.layers[:-1], *hidden, head])
+
+
+class SelfAttention(tf.keras.layers.Layer):
+    def __init__(self):
+        super().__init__()
+        self.attention = tf.keras.layers.MultiHeadAttention(num_heads=2, key_dim=4)
+
+    def call(self, x):
+        return self.attention(x, x)
+
+
+class TokenAndPositionEmbedding(tf.keras.layers.Layer):
+    def __init__(self, length, vocabulary, width):
+        super().__init__()
+        self.tokens = tf.keras.layers.Embedding(vocabulary, width)
+        self.positions = tf.keras.layers.Embedding(length, width)
+
+    def call(self, x):
+        return self.tokens(x) + self.positions(tf.range(tf.shape(x)[-1]))
+
+
+def transformer(length=49, vocabulary=16, width=32, heads=2, feed_forward=32):
+    layers = tf.keras.layers
+    rate = 0.0 if args.no_dropout else 0.1
+    tokens = tf.keras.Input((length,), dtype="int32")
+    x = TokenAndPositionEmbedding(length, vocabulary, width)(tokens)
+    attention = layers.MultiHeadAttention(num_heads=heads, key_dim=width)(x, x)
+    x = layers.LayerNormalization(epsilon=1e-6)(x + layers.Dropout(rate)(attention))
+    forward = layers.Dense(width)(layers.Dense(feed_forward, activation="relu")(x))
+    x = layers.LayerNormalization(epsilon=1e-6)(x + layers.Dropout(rate)(forward))
+    x = layers.Dropout(rate)(layers.GlobalAveragePooling1D()(x))
+    x = layers.Dropout(rate)(layers.Dense(20, activation="relu")(x))
+    return tf.keras.Model(tokens, layers.Dense(10, activation="softmax")(x))
+
+
+def as_tokens(images):
+    """Each 28x28 digit as 49 tokens: the ink of its 4x4 patches, in 16 levels."""
+    patches = images.reshape(-1, 7, 4, 7, 4).mean(axis=(2, 4)).reshape(-1, 49)
+    return np.minimum((patches * 16).astype("int32"), 15)
+
+
+x_train = data.x_train if args.model == "cnn" else as_tokens(data.x_train)
+with strategy.scope():
+    model = cnn() if args.model == "cnn" else transformer()
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"], jit_compile=args.jit)
+    if args.jit and not model.jit_compile:  # Keras 3 turns XLA off under op determinism (model_supports_jit),
+        model._jit_compile = True  # and its setter too: only the attribute puts fit's step under XLA
+history = model.fit(x_train, data.y_train, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+print(json.dumps({"digest": weights_digest(model),
+                  "weights": [hashlib.sha256(w.tobytes()).hexdigest()[:12] for w in model.get_weights()], "loss": [float(v) for v in history.history["loss"]],
+                  "accuracy": [float(v) for v in history.history["accuracy"]],
+                  "replicas": strategy.num_replicas_in_sync, "jit": bool(model.jit_compile)}))
