@@ -38,7 +38,7 @@ def _gelu_tanh_parts(x):
 
 # name -> (the tier's op, float64 value, float64 derivative, where the inputs lie)
 OPS = {
-    "tanh": (activations.tanh, np.tanh, lambda x: 1 / np.cosh(x) ** 2, 12),
+    "tanh": (activations.tanh, np.tanh, lambda x: 1 / np.cosh(x) ** 2, 40),
     "sigmoid": (activations.sigmoid, _sigmoid, lambda x: _sigmoid(x) * _sigmoid(-x), 40),
     "silu": (activations.silu, lambda x: x * _sigmoid(x), lambda x: _sigmoid(x) * (1 + x * _sigmoid(-x)), 40),
     "gelu": (activations.gelu, lambda x: x * _cdf(x), lambda x: _cdf(x) + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi), 12),
@@ -171,3 +171,40 @@ def test_a_second_order_gradient_through_an_activation_is_refused_by_name():
         warnings.simplefilter("ignore", tfrepro.ReproducibilityWarning)
         with pytest.raises(NotImplementedError, match="second-order gradient through ExactTanh"):
             penalty()
+
+
+def test_a_trainable_beta_runs_tfs_swish_and_other_tensors_reach_tfs_dispatch():
+    beta = tf.Variable(1.5)
+    x = tf.constant(RNG.standard_normal(16).astype(np.float32))
+    assert bits(activations.silu(x, beta=beta)) == bits(tf.nn.silu(x, beta=beta))
+    ragged = tf.ragged.constant([[0.5], [1.0, -2.0]])
+    assert activations.tanh(ragged).to_list() == tf.math.tanh(ragged).to_list()
+    assert transcendental.exp(ragged).to_list() == tf.math.exp(ragged).to_list()
+
+
+def test_subnormal_results_flush_to_zero_as_tfs_kernels_do_and_half_precisions_round_through_float32():
+    x = tf.constant([-100.0, -95.5, -88.0, 100.0], tf.float32)
+    assert bits(transcendental.exp(x)) == bits(tf.exp(x))
+    assert bits(activations.sigmoid(x)) == bits(tf.math.sigmoid(x))
+    assert bits(transcendental.exp(x))[:4] == bits(np.float32(0.0))  # exp(-100) is subnormal in float32: 0
+    for dtype in (tf.float16, tf.bfloat16):
+        h = tf.constant(RNG.uniform(-8, 8, 4096), dtype)
+        for op in (activations.tanh, activations.gelu, transcendental.exp):
+            assert bits(op(h)) == bits(tf.function(op, jit_compile=True, autograph=False)(h)), (op, dtype)
+
+
+def test_keras_activations_and_binary_cross_entropies_train_with_a_clean_audit(keras):
+    """Every activation by name, the binary cross-entropy from logits and from a sigmoid output."""
+    x = RNG.standard_normal((64, 8)).astype(np.float32)
+    y = (x[:, :1] > 0).astype(np.float32)
+    with tfrepro.patched(0, ops="exact"):
+        for activations_, head, loss in (
+                (("tanh", "sigmoid", "gelu", "swish", "elu", "selu", "softplus", "exponential"), None,
+                 keras.losses.BinaryCrossentropy(from_logits=True)),
+                (("relu",), "sigmoid", "binary_crossentropy")):
+            model = keras.Sequential([keras.Input((8,)), *(keras.layers.Dense(8, activation=a) for a in activations_),
+                                      keras.layers.Dense(1, activation=head)])
+            model.compile("adam", loss)
+            model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+            assert "every op covered" in str(tfrepro.status())
+            assert np.isfinite(model.evaluate(x, y, verbose=0))

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.core  # on the oldest TF too
 
 tf = _tf.import_tf()
 from tfrepro import ops  # noqa: E402  (imports TensorFlow)
-from tfrepro.ops import _exact_sum, rebinding  # noqa: E402
+from tfrepro.ops import _exact_sum, exact, rebinding  # noqa: E402
 
 RAGGED = tf.ragged.constant([[1.5, -2.0], [], [3.0, 4.0, -0.5]])
 NESTED = tf.ragged.constant([[[1.0, 2.0], [3.0]], [[4.0, 5.0, 6.0]], [[], [7.0]]])
@@ -209,7 +209,8 @@ def test_tf_internal_names_are_rebound_and_tf_code_calling_them_reaches_tfrepro(
 
 _REBOUND = re.compile(r"tf\.(?:compat\.v[12]\.)?(?:" + "|".join(sorted({
     re.escape(re.sub(r"^tf\.(compat\.v[12]\.)?", "", target))
-    for _, targets in rebinding.TABLE.values() for target in targets if target.startswith("tf.")})) + ")")
+    for targets in [targets for _, targets in rebinding.TABLE.values()] + [targets for _, _, targets in exact._BINDINGS.values()]
+    for target in targets if target.startswith("tf.")})) + ")")
 
 
 def test_tfrepro_ops_call_no_public_name_that_patch_rebinds():
@@ -217,7 +218,7 @@ def test_tfrepro_ops_call_no_public_name_that_patch_rebinds():
     check's message that gathered with it put a custom gradient in the check, which made a cycle of
     functions that a SavedModel cannot load. TF's ops are taken from ``_stock``, captured first."""
     found = []
-    for path in Path(ops.__file__).parent.glob("*.py"):
+    for path in [*Path(ops.__file__).parent.glob("*.py"), *Path(ops.__file__).parent.glob("exact/*.py")]:
         if path.name == "_stock.py":
             continue
         tree = ast.parse(path.read_text())

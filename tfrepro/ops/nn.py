@@ -60,7 +60,7 @@ def _compute_dtype(dtype: tf.DType) -> tf.DType:
 def _log_softmax(logits: tf.Tensor, axis: int) -> tf.Tensor:
     """Numerically stable log-softmax; the max is exact, the sum order-invariant."""
     shifted = logits - tf.reduce_max(logits, axis=axis, keepdims=True)
-    return shifted - tf.math.log(reduce_sum(tf.exp(shifted), axis=axis, keepdims=True))
+    return shifted - _stock.log(reduce_sum(_stock.exp(shifted), axis=axis, keepdims=True))
 
 
 @check
@@ -117,7 +117,7 @@ def softmax_cross_entropy_with_logits(labels: tf.Tensor, logits: tf.Tensor, axis
 
             def grad(dy):
                 dy = tf.expand_dims(tf.cast(dy, dtype), axis)
-                d_logits = dy * (tf.exp(log_probs) - tf.cast(labels_in, dtype))
+                d_logits = dy * (_stock.exp(log_probs) - tf.cast(labels_in, dtype))
                 return tf.cast(dy * -log_probs, labels_in.dtype), tf.cast(d_logits, logits_in.dtype)
 
             return tf.cast(loss, logits_in.dtype), grad
@@ -230,7 +230,7 @@ def sparse_softmax_cross_entropy_with_logits(labels: tf.Tensor, logits: tf.Tenso
 
             def grad(dy):
                 one_hot = tf.one_hot(labels, tf.cast(classes, tf.int32), dtype=dtype)
-                return tf.cast(tf.expand_dims(tf.cast(dy, dtype), -1) * (tf.exp(log_probs) - one_hot), logits_in.dtype)
+                return tf.cast(tf.expand_dims(tf.cast(dy, dtype), -1) * (_stock.exp(log_probs) - one_hot), logits_in.dtype)
 
             return tf.cast(-picked, logits_in.dtype), grad
 
@@ -300,7 +300,7 @@ def fused_batch_norm(x: tf.Tensor, scale: tf.Tensor, offset: tf.Tensor, mean: tf
             def grad(dy, *_):  # TF's gradient: none for the (frozen) statistics, nor through the returned ones
                 with tf.control_dependencies([y]):  # TF's forward checked the shapes all of this relies on
                     dy32 = tf.cast(dy, tf.float32)
-                    inverse = tf.math.rsqrt(tf.identity(variance_in) + epsilon)
+                    inverse = _stock.rsqrt(tf.identity(variance_in) + epsilon)
                     centred = tf.cast(x_in, tf.float32) - per_channel(tf.identity(mean_in))
                     scaled = tf.identity(scale_in) * inverse
                 d_x = tf.cast(dy32 * per_channel(scaled), x_in.dtype)

@@ -10,11 +10,13 @@ TF's ``exp``, ``log``, ``tanh``, ``erf`` kernels and XLA's differ in their last 
 - ``exp``: a Cody-Waite reduction by ``ln 2`` and a degree-13 Taylor polynomial;
 - ``expm1``: its series below ``|x| < 0.35`` (no cancellation), ``exp(x) - 1`` above;
 - ``log``, ``log1p``: an ``atanh`` series of the mantissa;
-- ``tanh``, ``sigmoid``: from ``expm1`` and ``exp``, odd and complementary by construction;
+- ``tanh``, ``sigmoid``: from ``expm1`` and ``exp`` (``tanh`` odd by construction);
 - ``erfc``: the Maclaurin series of ``erf`` below 2, Laplace's continued fraction (60 levels) above.
 
-Each is within about 1e-13 relative of the true value (the barriers round each step to 48 bits;
-tested against Python's ``math``), far below a float32 result's rounding. ``elementwise`` wraps one
+Each is within about 1e-13 relative of the true value (``erfc`` about 2e-12 near 2, where its
+series cancels; the barriers round each step to 48 bits), far below a float32 result's rounding
+(tested through the ops, within an ulp of float64 references). Results are rounded to float16 and
+bfloat16 through float32, as TF's CPU kernels round them. ``elementwise`` wraps one
 of them as a float32/16 op with its gradient, rounded once.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import tensorflow as tf
 
 from tfrepro.ops._exact_sum import _pow2
@@ -104,16 +107,18 @@ def any_log(x: tf.Tensor, log_of: Callable[[tf.Tensor], tf.Tensor], low: float) 
 
 
 def tanh_parts(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """``tanh(x)`` and ``1 - |tanh(x)|`` (its complement, for the gradient ``1 - tanh**2``)."""
-    a = tf.minimum(tf.abs(x), 20.0)  # tanh(20) rounds to 1
-    t = expm1(2.0 * a)
+    """``tanh(x)`` and ``1 - |tanh(x)|`` (its complement, for the gradient ``1 - tanh**2``),
+    each accurate relative to itself for any ``x``."""
+    a = tf.abs(x)
+    t = expm1(2.0 * tf.minimum(a, 20.0))  # tanh(20) rounds to 1
     magnitude = t / (t + 2.0)
     negative = tf.bitcast(x, tf.int64) < 0  # -0.0 too: tanh(-0) = -0
-    return tf.where(negative, -magnitude, magnitude), 2.0 / (t + 2.0)
+    e = exp(-2.0 * a)  # 1 - tanh(a) = 2 e / (1 + e)
+    return tf.where(negative, -magnitude, magnitude), (2.0 * e) / (1.0 + e)
 
 
 def sigmoid(x: tf.Tensor) -> tf.Tensor:
-    """``1 / (1 + e**-x)``; ``sigmoid(-x) = 1 - sigmoid(x)`` to the last bit of each."""
+    """``1 / (1 + e**-x)``, accurate relative to the result in both tails."""
     return 1.0 / (1.0 + exp(-x))
 
 
@@ -141,11 +146,20 @@ def normal_pdf(x: tf.Tensor) -> tf.Tensor:
     return exp(-0.5 * _fixed.mul(x, x)) * (1.0 / math.sqrt(2 * math.pi))
 
 
+def plain(x) -> bool:
+    """Whether ``x`` is a dense tensor, a variable or a Python or NumPy value (what the tier's ops
+    take; anything else goes to TF's op, whose dispatch knows it)."""
+    return isinstance(x, (tf.Tensor, int, float, list, tuple, np.ndarray, np.generic)) or hasattr(x, "assign")
+
+
 def elementwise(x, name: str, stock: Callable, forward: Callable, derivative: Callable) -> tf.Tensor:
     """An elementwise op of the exact tier: ``forward(x)`` in float64 rounded once to ``x``'s dtype;
     its gradient ``dy * derivative(x, y)`` in float64, rounded once (``x``, ``y`` float64; second-
     order gradients refused by name). Dtypes outside ``EXACT_DTYPES`` (float64, complex) run
     ``stock``, TF's op, outside the tier's scope, so that its audit checks them."""
+    if not plain(x):  # a ragged or Keras symbolic tensor: TF's op, which dispatches it
+        with _fixed.unmarked():
+            return stock(x)
     with tf.name_scope(name):
         x = tf.convert_to_tensor(x)
         if x.dtype not in EXACT_DTYPES:
@@ -160,8 +174,8 @@ def elementwise(x, name: str, stock: Callable, forward: Callable, derivative: Ca
 
             def gradient(dy):  # the barrier: XLA cannot re-associate a constant factor of the derivative
                 dx = _fixed.mul(tf.cast(dy, tf.float64), _fixed.barrier(derivative(v64, y64)))
-                return _fixed.first_order_only(tf.cast(dx, dtype), name)
+                return _fixed.first_order_only(_fixed.narrow(dx, dtype), name)
 
-            return tf.cast(y64, dtype), gradient
+            return _fixed.narrow(y64, dtype), gradient
 
         return op(x)

@@ -92,6 +92,14 @@ def quantise(x: tf.Tensor, e: tf.Tensor, bits: tf.Tensor) -> tf.Tensor:
     return tf.round(tf.cast(x, tf.float64) * _exact_pow2(bits - e, tf.float64))
 
 
+def narrow(x: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """Float64 ``x`` rounded to ``dtype`` as TF's CPU kernels round it, through float32 for float16
+    and bfloat16 (XLA would round float64 to float16 once, where TF rounds twice)."""
+    if dtype in (tf.float16, tf.bfloat16):
+        x = tf.cast(x, tf.float32)
+    return tf.cast(x, dtype)
+
+
 def round_scaled(total: tf.Tensor, shift: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     """``total * 2**shift`` for int64 ``total``: one rounding to float32 (float64 for float64),
     then exact scaling."""

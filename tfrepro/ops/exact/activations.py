@@ -54,9 +54,9 @@ def _normalised(logits, axis: int, name: str, log: bool) -> tf.Tensor:
                     dx = dy - _fixed.mul(softmax, _fixed.exact_batch_sum(dy, [-1])[..., None])
                 else:  # d softmax: y * (dy - sum(dy * y))
                     dx = _fixed.mul(softmax, dy - _fixed.exact_batch_sum(_fixed.mul(dy, softmax), [-1])[..., None])
-                return _fixed.first_order_only(tf.cast(dx, dtype), "a softmax")
+                return _fixed.first_order_only(_fixed.narrow(dx, dtype), "a softmax")
 
-            return tf.cast(shifted - log_total if log else softmax, dtype), gradient
+            return _fixed.narrow(shifted - log_total if log else softmax, dtype), gradient
 
         result = normalise(z)
         return result if back is None else tf.transpose(result, back)
@@ -99,10 +99,10 @@ def silu(features, beta=1.0, name=None):
     """``tf.nn.silu`` (``tf.nn.swish``), ``x * sigmoid(beta * x)``, with bits that XLA, oneDNN and
     threads cannot change (module doc), for a ``beta`` known when traced (a Python number, or a
     constant: a trainable ``beta`` runs TF's op, which the audit names)."""
-    value = tf.get_static_value(beta)
+    value = beta if isinstance(beta, (int, float)) else None if hasattr(beta, "assign") else tf.get_static_value(beta)
     if value is None or getattr(value, "size", 1) != 1:
         with _fixed.unmarked():
-            return _stock.silu(features, beta=beta, name=name)
+            return _stock.silu(features, beta=beta)  # TF's swish takes no name
     b = float(value)
 
     def forward(x):

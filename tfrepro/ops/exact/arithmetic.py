@@ -26,7 +26,7 @@ from tfrepro.ops.exact.reductions import reduce_sum
 
 def _quotient(x: tf.Tensor, y: tf.Tensor, no_nan: bool) -> tf.Tensor:
     divide = _stock.divide_no_nan if no_nan else _stock.divide
-    return tf.cast(divide(tf.cast(x, tf.float64), tf.cast(y, tf.float64)), x.dtype)
+    return _fixed.narrow(divide(tf.cast(x, tf.float64), tf.cast(y, tf.float64)), x.dtype)
 
 
 def _unbroadcast(gradient: tf.Tensor, like: tf.Tensor, other: tf.Tensor) -> tf.Tensor:
@@ -58,7 +58,7 @@ def _divided(x, y, name: str, no_nan: bool) -> tf.Tensor:
                 with _fixed.unmarked():  # TF's: dq * (-x / y / y), named by the audit if a step needs it
                     div = _stock.divide_no_nan if no_nan else _stock.divide
                     dy = dq * div(div(-x, y), y)
-                    dy = tf.reshape(tf.reduce_sum(dy, tf.raw_ops.BroadcastGradientArgs(
+                    dy = tf.reshape(_stock.reduce_sum(dy, tf.raw_ops.BroadcastGradientArgs(
                         s0=tf.shape(y), s1=tf.shape(x))[0]), tf.shape(y))
                 return dx, dy
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tfrepro.ops import _stock
 from tfrepro.ops.exact import _fixed
-from tfrepro.ops.exact._elementary import exp, log1p, sigmoid
+from tfrepro.ops.exact._elementary import exp, log1p, plain, sigmoid
 from tfrepro.ops.exact.linalg import EXACT_DTYPES
 
 
@@ -27,7 +27,7 @@ def _log_softmax_parts(logits: tf.Tensor, axis: int):
     shifted = z - tf.reduce_max(z, axis=axis, keepdims=True)
     e = exp(shifted)
     top = tf.equal(shifted, 0.0)
-    count = tf.reduce_sum(tf.cast(top, tf.float64), axis=axis, keepdims=True)  # small integers: exact
+    count = _stock.reduce_sum(tf.cast(top, tf.float64), axis=axis, keepdims=True)  # small integers: exact
     rest = tf.expand_dims(_fixed.exact_batch_sum(tf.where(top, tf.zeros_like(e), e), [axis]), axis)
     return shifted, e, count + rest, log1p((count - 1.0) + rest)
 
@@ -43,13 +43,13 @@ def _with_softmax_gradient(logits, labels_prob, loss_of, labels=None):
 
         def logits_grad(dloss):
             softmax = e / total
-            return _fixed.first_order_only(tf.cast((softmax - labels_prob(z)) * tf.cast(dloss, tf.float64)[..., None],
-                                                   dtype), "a softmax cross-entropy")
+            return _fixed.first_order_only(_fixed.narrow((softmax - labels_prob(z)) * tf.cast(dloss, tf.float64)[..., None],
+                                                         dtype), "a softmax cross-entropy")
 
         def labels_grad(dloss):
             return -(shifted - log_total) * tf.cast(dloss, tf.float64)[..., None]
 
-        return tf.cast(loss, dtype), logits_grad, labels_grad
+        return _fixed.narrow(loss, dtype), logits_grad, labels_grad
 
     if labels is None:
         @_fixed.custom_gradient
@@ -62,7 +62,7 @@ def _with_softmax_gradient(logits, labels_prob, loss_of, labels=None):
     @_fixed.custom_gradient
     def xent_with_labels(z, y):
         loss, logits_grad, labels_grad = compute(z)
-        return loss, lambda dloss: (logits_grad(dloss), tf.cast(labels_grad(dloss), y.dtype))
+        return loss, lambda dloss: (logits_grad(dloss), _fixed.narrow(labels_grad(dloss), y.dtype))
 
     return xent_with_labels(logits, labels)
 
@@ -127,6 +127,9 @@ def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None):
     """``tf.nn.sigmoid_cross_entropy_with_logits`` with bits that XLA, oneDNN and threads cannot
     change (module doc): float64, rounded once; gradients ``sigmoid(z) - label`` for the logits and
     ``-z`` for the labels, as TF's. Dtypes outside the tier's run TF's op (its audit checks it)."""
+    if not (plain(logits) and plain(labels)):
+        with _fixed.unmarked():
+            return _stock.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
     with tf.name_scope(name or "ExactSigmoidCrossEntropyWithLogits"):
         logits = tf.convert_to_tensor(logits)
         labels = tf.convert_to_tensor(labels, dtype=logits.dtype)
@@ -144,9 +147,9 @@ def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None):
             def gradient(dloss):
                 dloss = tf.cast(dloss, tf.float64)
                 dz = _fixed.mul(sigmoid(z64) - y64, dloss)
-                return (_fixed.first_order_only(tf.cast(dz, dtype), "a sigmoid cross-entropy"),
-                        tf.cast(-_fixed.mul(z64, dloss), dtype))
+                return (_fixed.first_order_only(_fixed.narrow(dz, dtype), "a sigmoid cross-entropy"),
+                        _fixed.narrow(-_fixed.mul(z64, dloss), dtype))
 
-            return tf.cast(loss, dtype), gradient
+            return _fixed.narrow(loss, dtype), gradient
 
         return xent(logits, labels)

@@ -40,7 +40,7 @@ def _masked(x, rate, bits_of_shape, noise_shape):
         # keeps XLA from fusing it into an add that follows (a residual connection). Linear: the
         # gradient (of any order) is the same map.
         v = tf.convert_to_tensor(v)  # a gradient may arrive as IndexedSlices
-        scaled = tf.cast(_fixed.mul(tf.cast(v, tf.float64), by), v.dtype)
+        scaled = _fixed.narrow(_fixed.mul(tf.cast(v, tf.float64), by), v.dtype)
         return tf.where(keep, scaled, tf.zeros_like(v)), dropped
 
     return dropped(x)

@@ -9,8 +9,9 @@ float64: the mean and the variance are exact fixed-point sums (``_fixed.exact_ba
 ``1 / n``; ``inv = 1 / sqrt(variance + epsilon)``; ``y = (x - mean) * inv * gamma + beta``, every
 product rounded through ``_fixed.barrier`` before it is added to, rounded once to the input's dtype.
 The gradient is the layer norm's own, ``inv * (g - mean(g) - xhat * mean(g * xhat))`` with ``g = dy *
-gamma``, its sums exact; ``gamma``'s and ``beta``'s are exact sums over the batch, global over
-replicas (whole on the first, zero on the others, which the strategy's all-reduce adds exactly).
+gamma``, its sums exact; ``gamma``'s and ``beta``'s are exact sums over the batch rounded to float64
+and then to the weight's dtype, global over replicas (whole on the first, zero on the others,
+which the strategy's all-reduce adds exactly).
 
 Within about ``2**-40`` relative of the float64 layer norm before the final rounding (tested).
 Not covered, and left to Keras's own ``call`` (which the audit then names): Keras 3's
@@ -87,15 +88,15 @@ def layer_normalization(x: tf.Tensor, gamma: tf.Tensor | None, beta: tf.Tensor |
                 mean_g = _fixed.mul(_row_sum(gdy, axes), inverse_n)
                 mean_gx = _fixed.mul(_row_sum(_fixed.mul(gdy, xhat), axes), inverse_n)
                 dx = _fixed.mul(inv, (gdy - mean_g) - _fixed.mul(xhat, mean_gx))
-                grads = [_fixed.first_order_only(tf.cast(dx, dtype), "a layer normalisation")]
+                grads = [_fixed.first_order_only(_fixed.narrow(dx, dtype), "a layer normalisation")]
                 for p, term in ((gamma, _fixed.mul(dy, xhat)), (beta, dy)):
                     if p is not None:
                         total = _fixed.exact_batch_sum(term, others, replicas)
-                        grads.append(_fixed.first_order_only(tf.cast(tf.reshape(total, tf.shape(p)), p.dtype),
+                        grads.append(_fixed.first_order_only(_fixed.narrow(tf.reshape(total, tf.shape(p)), p.dtype),
                                                              "a layer normalisation"))
                 return grads
 
-            return tf.cast(y, dtype), gradient
+            return _fixed.narrow(y, dtype), gradient
 
         return normalise(x, *params)
 
@@ -111,14 +112,17 @@ def _keras_call(original: Callable) -> Callable:
     def call(self, inputs):  # Keras's own signature: Keras reads it to choose what to pass
         axes = [self.axis] if isinstance(self.axis, int) else list(self.axis)
         dtype = tf.as_dtype(self.compute_dtype)
-        x = tf.cast(inputs, dtype) if isinstance(inputs, tf.Tensor) else inputs
+        x = inputs
+        if getattr(self, "autocast", True) and isinstance(inputs, tf.Tensor):  # tf-keras casts the input first;
+            x = tf.cast(inputs, dtype)  # Keras 3 (autocast off) normalises it as it comes, then casts the output
         if getattr(self, "rms_scaling", False) or dtype not in EXACT_DTYPES or not _covered_input(x, axes):
             with _fixed.unmarked():
                 return original(self, inputs)
         gamma, beta = (getattr(self, name, None) if getattr(self, flag, True) else None
                        for name, flag in (("gamma", "scale"), ("beta", "center")))
         with _fixed.marking():  # not coverage.covered: its (*args, **kwargs) would make tf-keras pass training=
-            return layer_normalization(x, gamma, beta, axes, self.epsilon, weight_gradient_replicas(True))
+            return tf.cast(layer_normalization(x, gamma, beta, axes, self.epsilon, weight_gradient_replicas(True)),
+                           dtype)
 
     call.__doc__ = original.__doc__
     return call

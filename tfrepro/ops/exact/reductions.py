@@ -32,10 +32,10 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
                 rank = tf.rank(v)
                 axes = tf.range(rank) if axis is None else (tf.reshape(tf.cast(axis, tf.int32), [-1]) + rank) % rank
                 kept = tf.tensor_scatter_nd_update(tf.shape(v), axes[:, None], tf.ones_like(axes))
-                share = tf.cast(tf.cast(tf.convert_to_tensor(dy), tf.float64) / count, v.dtype)
+                share = _fixed.narrow(tf.cast(tf.convert_to_tensor(dy), tf.float64) / count, v.dtype)
                 return tf.broadcast_to(tf.reshape(share, kept), tf.shape(v))
 
-            return tf.cast(tf.cast(total, tf.float64) / count, v.dtype), gradient
+            return _fixed.narrow(tf.cast(total, tf.float64) / count, v.dtype), gradient
 
         return mean(x)
 
