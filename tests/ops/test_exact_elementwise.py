@@ -193,6 +193,23 @@ def test_subnormal_results_flush_to_zero_as_tfs_kernels_do_and_half_precisions_r
             assert bits(op(h)) == bits(tf.function(op, jit_compile=True, autograph=False)(h)), (op, dtype)
 
 
+def test_rounding_to_bfloat16_is_tfs_cast_bit_for_bit_and_the_same_under_xla():
+    """The tier rounds float32 to bfloat16 on the bits (``_fixed.narrow``): the next XLA did not finish
+    compiling a float64 GELU's convert to bfloat16. Every kind of float32: random bit patterns, ties,
+    subnormals, the largest finite (rounds to infinity), infinities and NaNs of both signs."""
+    from tfrepro.ops.exact import _fixed
+
+    special = [0, 0x80000000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001,
+               0xFFC00001, 1, 0x8000FFFF, 0x00008000, 0x00018000, 0x3F808000, 0x3F818000, 0xBF818000]
+    patterns = np.concatenate([RNG.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32),
+                               np.array(special, np.uint32)])
+    x = tf.constant(patterns.view(np.float32))
+    theirs = tf.cast(x, tf.bfloat16)
+    ours = _fixed.narrow(x, tf.bfloat16)
+    assert ours.dtype == tf.bfloat16 and bits(ours) == bits(theirs)
+    assert bits(tf.function(lambda v: _fixed.narrow(v, tf.bfloat16), jit_compile=True)(x)) == bits(theirs)
+
+
 def test_keras_activations_and_binary_cross_entropies_train_with_a_clean_audit(keras):
     """Every activation by name, the binary cross-entropy from logits and from a sigmoid output."""
     x = RNG.standard_normal((64, 8)).astype(np.float32)

@@ -97,7 +97,20 @@ def narrow(x: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     and bfloat16 (XLA would round float64 to float16 once, where TF rounds twice)."""
     if dtype in (tf.float16, tf.bfloat16):
         x = tf.cast(x, tf.float32)
+    if dtype == tf.bfloat16:
+        return _round_to_bfloat16(x)
     return tf.cast(x, dtype)
+
+
+def _round_to_bfloat16(x: tf.Tensor) -> tf.Tensor:
+    """Float32 ``x`` rounded to the nearest bfloat16, ties to even, on its bits; NaN is TF's positive
+    quiet NaN. The same bits as TF's cast; XLA's convert differs in NaN's sign, and the next XLA
+    (tf-nightly 2.22.0.dev20260905) did not finish compiling a float64 function's convert to bfloat16."""
+    bits = tf.bitcast(x, tf.int32)
+    lsb = tf.bitwise.bitwise_and(tf.bitwise.right_shift(bits, 16), 1)
+    upper = tf.bitwise.bitwise_and(tf.bitwise.right_shift(bits + 0x7FFF + lsb, 16), 0xFFFF)
+    rounded = tf.bitcast(tf.cast(upper, tf.uint16), tf.bfloat16)
+    return tf.where(tf.math.is_nan(x), tf.constant(float("nan"), tf.bfloat16), rounded)
 
 
 def round_scaled(total: tf.Tensor, shift: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
