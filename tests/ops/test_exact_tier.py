@@ -145,6 +145,81 @@ def test_conv2d_forward_and_gradients(options):
     assert bits(np.concatenate(halves)) == bits(ours[0])
 
 
+# (output spatial shape, options): the shapes TF's conv2d maps back onto the input, an output_padding's extra
+# row and column (Keras's output_padding) included
+TRANSPOSED = [((11, 10), dict(strides=1, padding="SAME")), ((21, 19), dict(strides=2, padding="SAME")),
+              ((24, 22), dict(strides=2, padding="VALID")), ((15, 14), dict(strides=1, padding="VALID", dilations=2))]
+
+
+@pytest.mark.parametrize("size, options", TRANSPOSED, ids=lambda o: "-".join(f"{k}{v}" for k, v in o.items())
+                         if isinstance(o, dict) else "x".join(map(str, o)))
+def test_conv2d_transpose_forward_and_gradients(size, options):
+    x, w = tf.constant(_scaled((4, 11, 10, 5), 2)), tf.constant(_scaled((3, 3, 6, 5), 2))
+    output_shape = [4, *size, 6]
+
+    def run(conv, x, w):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = conv(x, w, output_shape, **options)
+        return (y, *tape.gradient(y, [x, w], output_gradients=y * 0.25))
+
+    ours = run(convolutions.conv_transpose, x, w)
+    stock = run(tf.nn.conv_transpose, x, w)
+    for mine, theirs in zip(ours, stock):  # the same maths as TF's, to float32 rounding
+        assert mine.shape == theirs.shape
+        scale = np.abs(np.asarray(theirs)).max()
+        assert np.abs(np.asarray(mine) - np.asarray(theirs)).max() <= 1e-5 * scale
+    compiled = xla(lambda x, w: run(convolutions.conv_transpose, x, w))(x, w)
+    assert all(bits(a) == bits(b) for a, b in zip(ours, compiled))
+    # permuting the input channels (the reduction axis) with the kernel's leaves every bit
+    order = RNG.permutation(5)
+    permuted = convolutions.conv_transpose(tf.gather(x, order, axis=3), tf.gather(w, order, axis=3), output_shape,
+                                           **options)
+    assert bits(permuted) == bits(ours[0])
+    # splitting the batch too
+    halves = [convolutions.conv_transpose(part, w, [2, *size, 6], **options) for part in (x[:2], x[2:])]
+    assert bits(np.concatenate(halves)) == bits(ours[0])
+
+
+def test_conv_transpose_in_1d_channels_first_under_every_name_and_a_dynamic_batch():
+    x, w = _scaled((3, 9, 4), 1), _scaled((5, 2, 4), 1)
+    y = convolutions.conv1d_transpose(x, w, [3, 18, 2], 2, "SAME").numpy()
+    assert np.abs(y - tf.nn.conv1d_transpose(x, w, [3, 18, 2], 2, "SAME").numpy()).max() < 1e-5 * np.abs(y).max()
+    assert bits(convolutions.conv_transpose(x, w, [3, 18, 2], 2, "SAME")) == bits(y)
+    ncw = convolutions.conv_transpose(np.transpose(x, (0, 2, 1)), w, [3, 2, 18], 2, "SAME", data_format="NCW")
+    assert bits(np.transpose(ncw, (0, 2, 1))) == bits(y)
+    x2, w2 = _scaled((2, 5, 5, 3), 1), _scaled((3, 3, 4, 3), 1)
+    nhwc = convolutions.conv2d_transpose(x2, w2, [2, 10, 10, 4], 2)
+    assert bits(convolutions.conv2d_transpose_v1(x2, filter=w2, output_shape=[2, 10, 10, 4], strides=[1, 2, 2, 1])) \
+        == bits(nhwc)
+    nchw = convolutions.conv2d_transpose(np.transpose(x2, (0, 3, 1, 2)), w2, [2, 4, 10, 10], 2, data_format="NCHW")
+    assert bits(np.transpose(nchw, (0, 2, 3, 1))) == bits(nhwc)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 5, 5, 3], tf.float32)])
+    def dynamic(v):  # Keras's output shape: the batch a tensor, the rest ints; the result's shape known but the batch
+        y = convolutions.conv_transpose(v, w2, [tf.shape(v)[0], 10, 10, 4], 2)
+        assert y.shape.as_list() == [None, 10, 10, 4]
+        return y
+
+    assert bits(dynamic(x2)) == bits(nhwc)
+
+
+def test_uncovered_transposed_convolutions_are_refused_by_name_and_bad_shapes_raise():
+    x, w = _scaled((2, 5, 5, 3), 0), _scaled((3, 3, 4, 3), 0)
+    with pytest.raises(NotImplementedError, match="3-D transposed convolution is not covered"):
+        convolutions.conv_transpose(_scaled((1, 3, 3, 3, 1), 0), _scaled((3, 3, 3, 2, 1), 0), [1, 6, 6, 6, 2], 2)
+    with pytest.raises(NotImplementedError, match="over the batch or channel dimension"):
+        convolutions.conv_transpose(x, w, [2, 10, 10, 4], [2, 2, 2, 1])
+    with pytest.raises(NotImplementedError, match="padding"):
+        convolutions.conv_transpose(x, w, [2, 10, 10, 4], 2, padding=[[0, 0], [1, 1], [1, 1], [0, 0]])
+    with pytest.raises(ValueError, match="channels"):
+        convolutions.conv_transpose(x, w, [2, 10, 10, 5], 2)
+    with pytest.raises(ValueError, match="channels"):
+        convolutions.conv_transpose(_scaled((2, 5, 5, 2), 0), w, [2, 10, 10, 4], 2)
+    with pytest.raises(ValueError, match="4 entries"):
+        convolutions.conv_transpose(x, w, [2, 10, 4], 2)
+
+
 def test_conv2d_is_within_its_bound_against_float64():
     x, w = _scaled((2, 9, 9, 16), 4), _scaled((3, 3, 16, 8), 4)
     y = convolutions.convolution(x, w, padding="VALID").numpy()
@@ -225,8 +300,36 @@ def test_pooling_matches_tf_and_compiles(padding):
     stock_mean, stock_grad = run(tf.nn.avg_pool, xt)
     assert np.abs(np.asarray(mean) - np.asarray(stock_mean)).max() <= 1e-6
     assert np.abs(np.asarray(mean_grad) - np.asarray(stock_grad)).max() <= 1e-6
-    with pytest.raises(NotImplementedError, match="overlapping"):
-        pooling.max_pool(xt, 3, 2, padding)
+
+
+@pytest.mark.parametrize("size, stride, padding", [(3, 2, "SAME"), (3, 2, "VALID"), (3, 1, "SAME"), (2, 3, "VALID")],
+                         ids=["resnet-stem-SAME", "3x3-2-VALID", "3x3-1-SAME", "gapped"])
+def test_overlapping_and_gapped_pooling_match_tf_compile_and_sum_their_gradients_in_a_fixed_order(size, stride, padding):
+    """A ResNet stem's 3x3 max pool with stride 2: an input that is the maximum of several windows
+    gets the sum of their gradients, added in an order the code fixes; its bits the same under XLA
+    and with the batch split. Ties (the first maximum in row-major order gets it, as in TF's CPU
+    kernel) and all-negative windows with SAME padding (the padding is never the maximum)."""
+    x = np.round(_scaled((4, 9, 8, 3), 0) * 2) / 2 - 1.0
+    xt = tf.constant(x)
+    dy = tf.constant(_scaled(tf.nn.max_pool(xt, size, stride, padding).shape, 1))
+
+    def run(pool, x, dy=dy):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = pool(x, size, stride, padding)
+        return y, tape.gradient(y, x, output_gradients=dy)
+
+    for ours_pool, stock_pool, exact in ((pooling.max_pool, tf.nn.max_pool, True), (pooling.avg_pool, tf.nn.avg_pool, False)):
+        ours, stock = run(ours_pool, xt), run(stock_pool, xt)
+        assert ours[0].shape == stock[0].shape and ours[1].shape == stock[1].shape
+        if exact:
+            assert np.array_equal(ours[0], stock[0])
+        assert np.abs(np.asarray(ours[1]) - np.asarray(stock[1])).max() <= 1e-6 * np.abs(np.asarray(stock[1])).max()
+        assert np.abs(np.asarray(ours[0]) - np.asarray(stock[0])).max() <= 1e-6
+        compiled = xla(lambda x: run(ours_pool, x))(xt)
+        assert bits(ours[0]) == bits(compiled[0]) and bits(ours[1]) == bits(compiled[1])
+        halves = [run(ours_pool, xt[:2], dy[:2]), run(ours_pool, xt[2:], dy[2:])]
+        assert bits(np.concatenate([h[1] for h in halves])) == bits(ours[1])
 
 
 def _log_softmax_loss_reference(z: np.ndarray, labels: np.ndarray) -> np.ndarray:

@@ -7,9 +7,11 @@
   ``test_exact_elementwise.py``), and, without Dropout and with a LayerNormalization (and on Keras
   3 a MultiHeadAttention), on one device and on two MirroredStrategy replicas with the same global
   batch;
-- keras-io's Transformer text classifier ends on the same weights across threads, oneDNN and XLA;
-  on two replicas its Embedding's sparse gradient is named before the first step, as is a
-  BatchNormalization's float all-reduce in the CNN;
+- keras-io's Transformer text classifier ends on the same weights across threads, oneDNN and XLA
+  (all three changed in one run: each changes no bit); on two replicas its Embedding's sparse
+  gradient is named before the first step, as is a BatchNormalization's float all-reduce in the CNN;
+- a UNet-style convolutional autoencoder (strided Conv2D down, an overlapping 3x3 max pool,
+  Conv2DTranspose up, a skip connection) ends on the same weights across threads, oneDNN and XLA, and on two replicas;
 - under ``ops="auto"`` thread counts (the CNN) and oneDNN (the Transformer) change the weights:
   the negative controls;
 - every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads.
@@ -44,27 +46,35 @@ KERAS2 = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
 # pooling are compiled by XLA, forward and backward, in test_exact_tier.py.
 CNN_XLA = os.environ.get("TFREPRO_CNN_XLA") == "1"
 TRANSFORMER = ["--model", "transformer"]
+AUTOENCODER = ["--model", "autoencoder"]
+JIT = [] if KERAS2 else ["--jit"]
 ATTENTION = [] if KERAS2 else ["--attention"]
 RUNS = {
     "base": ["--threads", "2", "--onednn", "on"],
     "threads1_onednn_off": ["--threads", "1", "--onednn", "off"],
     **({} if KERAS2 or not CNN_XLA else {"xla": ["--threads", "2", "--onednn", "on", "--jit", "--no-activations"],
                                          "xla_base": ["--threads", "2", "--onednn", "on", "--no-activations"]}),
-    "auto1": ["--ops", "auto", "--threads", "1"],
-    "auto2": ["--ops", "auto", "--threads", "2"],
+    # the negative controls run TF's own kernels, the same under either Keras: Keras 3's alone
+    **({} if KERAS2 else {"auto1": ["--ops", "auto", "--threads", "1", "--no-activations"],
+                          "auto2": ["--ops", "auto", "--threads", "2", "--no-activations"]}),
     # a LayerNormalization, and on Keras 3 a MultiHeadAttention (its biases' gradients are the tier's add's;
-    # tf-keras adds them with `+=`, which the audit names on replicas)
-    "no_dropout": ["--no-dropout", "--layer-norm", *ATTENTION],
-    "no_dropout_mirrored": ["--no-dropout", "--layer-norm", *ATTENTION, "--replicas", "2"],
-    "batch_norm_mirrored": ["--no-dropout", "--replicas", "2", "--batch-norm", "--steps", "1"],
+    # tf-keras adds them with `+=`, which the audit names on replicas); the activations, elementwise, cannot
+    # tell replicas apart (their float64 work is half of a CNN run's time): the base runs have them
+    "no_dropout": ["--no-dropout", "--layer-norm", *ATTENTION, "--no-activations"],
+    "no_dropout_mirrored": ["--no-dropout", "--layer-norm", *ATTENTION, "--no-activations", "--replicas", "2"],
+    "batch_norm_mirrored": ["--no-dropout", "--replicas", "2", "--batch-norm", "--no-activations", "--steps", "1"],
     # keras-io's Transformer classifier (issue #33): threads, oneDNN and XLA; its Embedding's sparse
     # gradient is refused by name on two replicas; under "auto" oneDNN changes its weights
+    # (its axes at once: threads, oneDNN and, on Keras 3, XLA; each changes no bit, so together they change none)
     "transformer": [*TRANSFORMER, "--threads", "2", "--onednn", "on"],
-    "transformer_threads1_onednn_off": [*TRANSFORMER, "--threads", "1", "--onednn", "off"],
-    **({} if KERAS2 else {"transformer_xla": [*TRANSFORMER, "--threads", "2", "--onednn", "on", "--jit"]}),
-    "transformer_auto_onednn_on": [*TRANSFORMER, "--ops", "auto", "--onednn", "on"],
-    "transformer_auto_onednn_off": [*TRANSFORMER, "--ops", "auto", "--onednn", "off"],
+    "transformer_axes": [*TRANSFORMER, "--threads", "1", "--onednn", "off", *JIT],
+    **({} if KERAS2 else {"transformer_auto_onednn_on": [*TRANSFORMER, "--ops", "auto", "--onednn", "on"],
+                          "transformer_auto_onednn_off": [*TRANSFORMER, "--ops", "auto", "--onednn", "off"]}),
     "transformer_mirrored": [*TRANSFORMER, "--no-dropout", "--replicas", "2", "--steps", "1"],
+    # a UNet-style autoencoder (transposed convolutions, a skip connection): every axis, replicas too
+    "autoencoder": [*AUTOENCODER, "--threads", "2", "--onednn", "on"],
+    "autoencoder_axes": [*AUTOENCODER, "--threads", "1", "--onednn", "off", *JIT],
+    "autoencoder_mirrored": [*AUTOENCODER, "--threads", "2", "--onednn", "on", "--replicas", "2"],
 }
 REFUSED = {"batch_norm_mirrored", "transformer_mirrored"}  # runs the exact tier's audit must refuse before a step
 
@@ -85,20 +95,22 @@ def trained():
         return {name: future.result() for name, future in futures.items()}
 
 
-_VARIANTS = {"threads1_onednn_off": "base", "xla": "xla_base", "transformer_threads1_onednn_off": "transformer",
-             "transformer_xla": "transformer"}  # run -> the run it must equal
+_VARIANTS = {"threads1_onednn_off": "base", "xla": "xla_base", "transformer_axes": "transformer",
+             "autoencoder_axes": "autoencoder", "autoencoder_mirrored": "autoencoder"}  # run -> the run it must equal
 
 
 @pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.skipif(
     v not in RUNS, reason="XLA's runs are Keras 3's; the CNN's by TFREPRO_CNN_XLA=1 (RUNS)")) for v in _VARIANTS])
 def test_the_exact_tier_gives_the_same_weights(trained, variant):
     base = trained[_VARIANTS[variant]]
-    assert "xla" not in variant or (trained[variant]["jit"] and not base["jit"])  # XLA compiled fit's step
+    assert trained[variant]["jit"] == ("--jit" in RUNS[variant]) and not base["jit"]  # XLA compiled fit's step
+    assert trained[variant]["replicas"] == (2 if "--replicas" in RUNS[variant] else 1)
     assert trained[variant]["weights"] == base["weights"]
     assert trained[variant]["digest"] == base["digest"]
     assert (trained[variant]["loss"], trained[variant]["accuracy"]) == (base["loss"], base["accuracy"])
 
 
+@pytest.mark.skipif(KERAS2, reason="TF's kernels, the same under either Keras: Keras 3's run (RUNS)")
 def test_auto_gives_different_weights_across_thread_counts_and_onednn_negative_control(trained):
     assert trained["auto1"]["digest"] != trained["auto2"]["digest"]
     assert trained["transformer_auto_onednn_on"]["digest"] != trained["transformer_auto_onednn_off"]["digest"]

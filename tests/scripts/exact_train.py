@@ -6,8 +6,11 @@ second a softmax) and an accuracy metric.
 --model transformer: keras-io's Transformer text classifier (token and position Embedding, a block
 of MultiHeadAttention, Dropout, LayerNormalization and a Dense feed-forward, global average
 pooling), reading each MNIST digit as a "sentence" of 49 tokens (its 4x4 patches' ink, 16 levels).
+--model autoencoder: a UNet-style convolutional autoencoder of the digits (two strided Conv2D down,
+an overlapping 3x3 max pool between them, two strided Conv2DTranspose up, a skip connection
+concatenated, a sigmoid output, mean squared error).
 
-usage: exact_train.py [--model cnn|transformer] [--ops exact|auto] [--threads N] [--onednn on|off]
+usage: exact_train.py [--model cnn|transformer|autoencoder] [--ops exact|auto] [--threads N] [--onednn on|off]
                       [--jit] [--no-dropout] [--replicas 1|2] [--steps N] [--layer-norm]
                       [--batch-norm] [--attention] [--no-activations]
 
@@ -19,7 +22,7 @@ import hashlib
 import json
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--model", choices=("cnn", "transformer"), default="cnn")
+parser.add_argument("--model", choices=("cnn", "transformer", "autoencoder"), default="cnn")
 parser.add_argument("--ops", default="exact")
 parser.add_argument("--threads", type=int, default=None)
 parser.add_argument("--onednn", choices=("on", "off"), default=None)
@@ -106,20 +109,36 @@ def transformer(length=49, vocabulary=16, width=32, heads=2, feed_forward=32):
     return tf.keras.Model(tokens, layers.Dense(10, activation="softmax")(x))
 
 
+def autoencoder():
+    layers = tf.keras.layers
+    images = tf.keras.Input((28, 28, 1))
+    down = layers.Conv2D(8, 3, strides=2, padding="same", activation="relu")(images)
+    x = layers.MaxPooling2D(3, strides=1, padding="same")(down)  # overlapping windows, as a ResNet stem's
+    x = layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
+    x = layers.Conv2DTranspose(8, 3, strides=2, padding="same", activation="relu")(x)
+    x = layers.Concatenate()([x, down])
+    return tf.keras.Model(images, layers.Conv2DTranspose(1, 3, strides=2, padding="same", activation="sigmoid")(x))
+
+
 def as_tokens(images):
     """Each 28x28 digit as 49 tokens: the ink of its 4x4 patches, in 16 levels."""
     patches = images.reshape(-1, 7, 4, 7, 4).mean(axis=(2, 4)).reshape(-1, 49)
     return np.minimum((patches * 16).astype("int32"), 15)
 
 
-x_train = data.x_train if args.model == "cnn" else as_tokens(data.x_train)
+x_train = as_tokens(data.x_train) if args.model == "transformer" else data.x_train
+y_train = data.x_train if args.model == "autoencoder" else data.y_train
 with strategy.scope():
-    model = cnn() if args.model == "cnn" else transformer()
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"], jit_compile=args.jit)
+    model = {"cnn": cnn, "transformer": transformer, "autoencoder": autoencoder}[args.model]()
+    if args.model == "autoencoder":
+        model.compile(optimizer="adam", loss="mse", jit_compile=args.jit)
+    else:
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                      jit_compile=args.jit)
     if args.jit and not model.jit_compile:  # Keras 3 turns XLA off under op determinism (model_supports_jit),
         model._jit_compile = True  # and its setter too: only the attribute puts fit's step under XLA
-history = model.fit(x_train, data.y_train, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+history = model.fit(x_train, y_train, batch_size=batch, epochs=1, shuffle=False, verbose=0)
 print(json.dumps({"digest": weights_digest(model),
                   "weights": [hashlib.sha256(w.tobytes()).hexdigest()[:12] for w in model.get_weights()], "loss": [float(v) for v in history.history["loss"]],
-                  "accuracy": [float(v) for v in history.history["accuracy"]],
+                  "accuracy": [float(v) for v in history.history.get("accuracy", [])],
                   "replicas": strategy.num_replicas_in_sync, "jit": bool(model.jit_compile)}))

@@ -21,6 +21,7 @@ matmul = tf.linalg.matmul
 einsum = tf.einsum
 convolution = tf.nn.convolution
 conv2d = tf.nn.conv2d
+conv_transpose = tf.nn.conv_transpose
 max_pool = tf.nn.max_pool
 avg_pool = tf.nn.avg_pool
 stateless_dropout = getattr(tf.nn.experimental, "stateless_dropout", None)  # TF >= 2.9 (the exact tier's)

@@ -8,7 +8,7 @@ batch (tested with 2; docs/explanation/exact-tier.md states the limits).
   global sums, and the FMA barrier.
 - ``linalg``: ``matmul`` (``Dense``, ``tensordot``) and ``einsum`` (attention).
 - ``convolutions``: 1-D and 2-D convolutions as exact products of patches.
-- ``pooling``: max and average pooling over non-overlapping windows, XLA-compilable gradients.
+- ``pooling``: max and average pooling, overlapping windows too, XLA-compilable gradients.
 - ``noise``: dropout with a mask from integer random bits.
 - ``losses``: the softmax and sigmoid cross-entropies.
 - ``activations``: ``softmax``, ``log_softmax``, ``tanh``, ``sigmoid``, ``silu``, ``gelu``, ``elu``,
@@ -41,6 +41,11 @@ _BINDINGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "conv1d": ("convolutions", "conv1d", ("tf.nn.conv1d",)),
     "conv2d_v1": ("convolutions", "conv2d_v1", ("tf.compat.v1.nn.conv2d", "tf.compat.v2.compat.v1.nn.conv2d")),
     "conv1d_v1": ("convolutions", "conv1d_v1", ("tf.compat.v1.nn.conv1d", "tf.compat.v2.compat.v1.nn.conv1d")),
+    "conv_transpose": ("convolutions", "conv_transpose", ("tf.nn.conv_transpose",)),
+    "conv2d_transpose": ("convolutions", "conv2d_transpose", ("tf.nn.conv2d_transpose",)),
+    "conv1d_transpose": ("convolutions", "conv1d_transpose", ("tf.nn.conv1d_transpose",)),
+    "conv2d_transpose_v1": ("convolutions", "conv2d_transpose_v1", ("tf.compat.v1.nn.conv2d_transpose",
+                                                                    "tf.compat.v2.compat.v1.nn.conv2d_transpose")),
     "max_pool": ("pooling", "max_pool", ("tf.nn.max_pool", "tf.nn.max_pool1d")),
     "max_pool_v1": ("pooling", "max_pool_v1", ("tf.compat.v1.nn.max_pool", "tf.compat.v2.compat.v1.nn.max_pool")),
     "max_pool2d": ("pooling", "max_pool2d", ("tf.nn.max_pool2d",)),

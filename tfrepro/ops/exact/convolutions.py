@@ -8,7 +8,10 @@ gradient ``dy @ kernel^T``, exact and rounded once to float64, added into place 
 order the code fixes, in float64, and rounded once to float32: at most ``kh * kw`` float64
 roundings, far below float32's, and the same under any thread count, oneDNN setting, XLA or device.
 
-Covered: 1-D and 2-D convolutions, NHWC/NWC and NCHW/NCW, extra batch dimensions, "SAME" and
+The transposed convolutions (``tf.nn.conv_transpose``, ``conv2d_transpose``, ``conv1d_transpose``)
+are that input gradient, and their gradients the forward product and the kernel's gradient.
+
+Covered: 1-D and 2-D convolutions and transposed convolutions, NHWC/NWC and NCHW/NCW, extra batch dimensions, "SAME" and
 "VALID" padding, spatial strides and dilations, float32/float16/bfloat16, under their v2 and
 ``tf.compat.v1`` names. Grouped convolutions, explicit padding lists, batch or channel strides,
 inputs of unknown rank and 3-D convolutions raise ``NotImplementedError`` by name (``refusals``).
@@ -84,6 +87,14 @@ def _input_gradient(dy, kernel, input_shape, dilations, strides, padding) -> tf.
     columns = _fixed.exact_matmul(rows, weights, out_dtype=tf.float64)
     shape = tf.shape(dy)
     columns = tf.reshape(columns, tf.concat([shape[:3], [kh, kw, c]], 0))
+    return col2im(columns, input_shape, dilations, strides, padding, dy.dtype)
+
+
+def col2im(columns: tf.Tensor, input_shape, dilations, strides, padding: str, dtype: tf.DType) -> tf.Tensor:
+    """Float64 ``columns`` [B, Ho, Wo, kh, kw, C] (each window's values) added into place in an NHWC
+    input of ``input_shape``, in a fixed order (row by row of the window) in float64, rounded once
+    to ``dtype``; what falls in the padding is dropped."""
+    kh, kw = columns.shape[3], columns.shape[4]
     spans = []
     for i, k in enumerate((kh, kw)):
         before, after = _same_padding(input_shape[i + 1], k, strides[i], dilations[i]) if padding == "SAME" else (0, 0)
@@ -97,28 +108,150 @@ def _input_gradient(dy, kernel, input_shape, dilations, strides, padding) -> tf.
                                     [left, spans[1][1] - left - tf.shape(piece)[2]], [0, 0]])
             total = placed if total is None else total + placed
     (top, _), (left, _) = spans
-    return tf.cast(total[:, top:top + input_shape[1], left:left + input_shape[2]], dy.dtype)
+    return _fixed.narrow(total[:, top:top + input_shape[1], left:left + input_shape[2]], dtype)
+
+
+def _spatial_rank(x: tf.Tensor, kernel: tf.Tensor, what: str) -> int:
+    """The number of spatial dimensions of a convolution (1 or 2), or ``NotImplementedError`` by name."""
+    if kernel.shape.rank is None or x.shape.rank is None:
+        raise NotImplementedError(f"tfrepro exact tier: a {what} of an input or kernel of unknown rank is not covered "
+                                  "(give them static ranks); use patch(ops='auto') for this model")
+    rank = kernel.shape.rank - 2
+    if rank not in (1, 2):
+        raise NotImplementedError(f"tfrepro exact tier: a {rank}-D {what} is not covered (1-D and 2-D are); "
+                                  "use patch(ops='auto') for this model")
+    return rank
+
+
+def _product(image: tf.Tensor, weights: tf.Tensor, dilations, strides, padding: str) -> tuple[tf.Tensor, tf.Tensor]:
+    """The convolution's forward product: ``image``'s patches as rows, and ``rows @ kernel`` exactly,
+    in the output grid's shape."""
+    shape = weights.shape.as_list()
+    rows, grid = _patches(image, shape, dilations, strides, padding)
+    out = tf.reshape(_fixed.exact_matmul(rows, tf.reshape(weights, [-1, shape[-1]])), tf.concat([grid, [shape[-1]]], 0))
+    return rows, out
+
+
+def _gradients(dx: tf.Tensor, rows: tf.Tensor, dout: tf.Tensor, weights: tf.Tensor, kernel_is_weight: bool,
+               what: str) -> tuple[tf.Tensor, tf.Tensor]:
+    """``dx`` and the kernel's gradient ``rows^T @ dout`` (exact, replica-global for a weight), both
+    first-order only."""
+    shape = weights.shape.as_list()
+    dw = _fixed.exact_matmul(tf.transpose(rows), tf.reshape(dout, tf.stack([-1, shape[-1]])),
+                             weight_gradient_replicas(kernel_is_weight))
+    return _fixed.first_order_only(dx, what), _fixed.first_order_only(tf.reshape(dw, shape), what)
 
 
 def _conv2d_nhwc(x: tf.Tensor, kernel: tf.Tensor, strides: list[int], dilations: list[int], padding: str,
                  kernel_is_weight: bool) -> tf.Tensor:
     @_fixed.custom_gradient
     def conv(inputs, weights):
-        shape = weights.shape.as_list()
-        rows, grid = _patches(inputs, shape, dilations, strides, padding)
-        out = tf.reshape(_fixed.exact_matmul(rows, tf.reshape(weights, [-1, shape[-1]])),
-                         tf.concat([grid, [shape[-1]]], 0))
+        rows, out = _product(inputs, weights, dilations, strides, padding)
 
         def grad(dy):
             dx = _input_gradient(dy, weights, tf.shape(inputs), dilations, strides, padding)
-            dw = _fixed.exact_matmul(tf.transpose(rows), tf.reshape(dy, tf.stack([-1, shape[-1]])),
-                                     weight_gradient_replicas(kernel_is_weight))
-            return (_fixed.first_order_only(dx, "a convolution"),
-                    _fixed.first_order_only(tf.reshape(dw, shape), "a convolution"))
+            return _gradients(dx, rows, dy, weights, kernel_is_weight, "a convolution")
 
         return out, grad
 
     return conv(x, kernel)
+
+
+def _conv2d_transpose_nhwc(x: tf.Tensor, kernel: tf.Tensor, output_shape: tf.Tensor, strides: list[int],
+                           dilations: list[int], padding: str, kernel_is_weight: bool) -> tf.Tensor:
+    """The transpose of ``_conv2d_nhwc``: its input's gradient, whose own gradients are the forward
+    product (for ``x``) and the kernel's gradient with the roles of input and output exchanged."""
+    @_fixed.custom_gradient
+    def transpose(inputs, weights):
+        def grad(dy):
+            rows, dx = _product(dy, weights, dilations, strides, padding)
+            return _gradients(dx, rows, inputs, weights, kernel_is_weight, "a transposed convolution")
+
+        return _input_gradient(inputs, weights, output_shape, dilations, strides, padding), grad
+
+    return transpose(x, kernel)
+
+
+def _static_dims(output_shape, rank: int) -> list[int | None]:
+    """The entries of ``output_shape`` (a list of ints and scalar tensors, or a tensor) known now."""
+    if isinstance(output_shape, (list, tuple)):
+        return [tf.get_static_value(v) if tf.is_tensor(v) else int(v) for v in output_shape]
+    known = tf.get_static_value(output_shape)
+    return [int(v) for v in known] if known is not None else [None] * (rank + 2)
+
+
+def conv_transpose(input, filters, output_shape, strides, padding="SAME", data_format=None, dilations=None,
+                   name=None):
+    """``tf.nn.conv_transpose`` (1-D and 2-D), the transpose of the exact convolution: each output
+    is an exact product rounded once to float64, added into place in an order the code fixes and
+    rounded once to the input's type (the convolution's input gradient, module doc); its gradients
+    are the convolution's exact forward product and its exact, replica-global kernel gradient."""
+    kernel_is_weight = is_weight(filters)
+    x, kernel = tf.convert_to_tensor(input), tf.convert_to_tensor(filters)
+    if x.dtype not in EXACT_DTYPES:
+        with _fixed.unmarked():
+            return _stock.conv_transpose(x, kernel, output_shape, strides, padding=padding, data_format=data_format,
+                                         dilations=dilations, name=name)
+    rank = _spatial_rank(x, kernel, "transposed convolution")
+    if x.shape.rank != rank + 2:
+        raise ValueError(f"a {rank}-D transposed convolution needs an input of rank {rank + 2}; got rank {x.shape.rank}")
+    if not isinstance(padding, str) or padding.upper() not in ("SAME", "VALID"):
+        raise NotImplementedError(f"tfrepro exact tier: transposed convolution padding {padding!r} is not covered "
+                                  "('SAME' and 'VALID' are)")
+    padding = padding.upper()
+    channels_first = data_format is not None and data_format.startswith("NC")
+    channel = 1 if channels_first else -1
+    if None in kernel.shape.as_list() or x.shape[channel] is None:
+        raise NotImplementedError("tfrepro exact tier: a transposed convolution needs static kernel and channel shapes")
+    if x.shape[channel] != kernel.shape[-1]:
+        raise ValueError(f"a transposed convolution's input has {x.shape[channel]} channels where its filters' last "
+                         f"dimension has {kernel.shape[-1]}")
+    static = _static_dims(output_shape, rank)
+    if len(static) != rank + 2:
+        raise ValueError(f"output_shape must have {rank + 2} entries; got {output_shape!r}")
+    if static[channel] is not None and static[channel] != kernel.shape[-2]:
+        raise ValueError(f"output_shape has {static[channel]} channels where the filters' third dimension has "
+                         f"{kernel.shape[-2]}")
+    strides = _pair(strides, rank, "strides", channels_first, "transposed convolution")
+    dilations = _pair(dilations, rank, "dilations", channels_first, "transposed convolution")
+    out = tf.cast(tf.convert_to_tensor(output_shape), tf.int32)
+    with tf.name_scope(name or "ExactConvTranspose"):
+        if channels_first:
+            x = tf.transpose(x, [0, *range(2, rank + 2), 1])
+            out = tf.concat([out[:1], out[2:], out[1:2]], 0)
+        if rank == 1:
+            x, kernel = tf.expand_dims(x, 1), tf.expand_dims(kernel, 0)
+            out = tf.concat([out[:1], [1], out[1:]], 0)
+            strides, dilations = [1, *strides], [1, *dilations]
+        y = _conv2d_transpose_nhwc(x, kernel, out, strides, dilations, padding, kernel_is_weight)
+        if rank == 1:
+            y = tf.squeeze(y, 1)
+        if channels_first:
+            y = tf.transpose(y, [0, rank + 1, *range(1, rank + 1)])
+        y.set_shape(static)
+        return y
+
+
+def conv2d_transpose(input, filters, output_shape, strides, padding="SAME", data_format="NHWC", dilations=None,
+                     name=None):
+    """``tf.nn.conv2d_transpose`` as the exact transposed convolution (``conv_transpose``)."""
+    return conv_transpose(input, filters, output_shape, strides, padding=padding, data_format=data_format,
+                          dilations=dilations, name=name)
+
+
+def conv1d_transpose(input, filters, output_shape, strides, padding="SAME", data_format="NWC", dilations=None,
+                     name=None):
+    """``tf.nn.conv1d_transpose`` as the exact transposed convolution (``conv_transpose``)."""
+    return conv_transpose(input, filters, output_shape, strides, padding=padding, data_format=data_format,
+                          dilations=dilations, name=name)
+
+
+def conv2d_transpose_v1(value=None, filter=None, output_shape=None, strides=None, padding="SAME", data_format="NHWC",
+                        name=None, input=None, filters=None, dilations=None):
+    """``tf.compat.v1.nn.conv2d_transpose`` (tf-keras's ``backend.conv2d_transpose``) as the exact
+    transposed convolution (``conv_transpose``)."""
+    return conv_transpose(value if input is None else input, filter if filters is None else filters, output_shape,
+                          strides, padding=padding, data_format=data_format, dilations=dilations, name=name)
 
 
 def convolution(input, filters, strides=None, padding="VALID", data_format=None, dilations=None, name=None):
@@ -129,13 +262,7 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
         with _fixed.unmarked():
             return _stock.convolution(x, kernel, strides=strides, padding=padding, data_format=data_format,
                                       dilations=dilations, name=name)
-    if kernel.shape.rank is None or x.shape.rank is None:
-        raise NotImplementedError("tfrepro exact tier: a convolution of an input or kernel of unknown rank is not "
-                                  "covered (give them static ranks); use patch(ops='auto') for this model")
-    rank = kernel.shape.rank - 2
-    if rank not in (1, 2):
-        raise NotImplementedError(f"tfrepro exact tier: {rank}-D convolution is not covered (1-D and 2-D are); "
-                                  "use patch(ops='auto') for this model")
+    rank = _spatial_rank(x, kernel, "convolution")
     if x.shape.rank < rank + 2:
         raise ValueError(f"a {rank}-D convolution needs an input of rank {rank + 2} or more; got rank {x.shape.rank}")
     if x.shape.rank > rank + 2:  # batch dimensions [B1, B2, ...] as one: a product does not depend on the batch

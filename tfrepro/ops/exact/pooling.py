@@ -1,13 +1,17 @@
-"""The exact tier's pooling: ``tf.nn.max_pool`` and ``tf.nn.avg_pool`` over non-overlapping
-windows (strides equal to the pool size, Keras's default), with their own gradients.
+"""The exact tier's pooling: ``tf.nn.max_pool`` and ``tf.nn.avg_pool``, 1-D and 2-D, with their own
+gradients.
 
 A max is exact in any order (its zeros are made +0: XLA and TF's kernels choose between -0 and +0
 differently). TF's max-pool gradient has no deterministic XLA kernel (under op
 determinism it raises even on a CPU), so the gradient here goes to the first maximum of each
-window in row-major order, as TF's CPU kernel does, through a reshape and a select. Average pooling
+window in row-major order, as TF's CPU kernel does, through a select. Average pooling
 sums each window with an order-invariant sum and divides by the count of real (unpadded)
-elements. "SAME" padding pads as TF does; overlapping or gapped windows raise
-``NotImplementedError`` by name.
+elements. "SAME" padding pads as TF does.
+
+Windows whose strides equal the pool size (Keras's default) are blocks of a reshape. Overlapping
+windows (a ResNet stem's 3x3 pool with stride 2) and gapped ones are image patches: where windows
+overlap, an input's gradient is the sum of its windows' gradients, added into place (col2im) in
+an order the code fixes, in float64, and rounded once, as the convolution's input gradient is.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import tensorflow as tf
 from tfrepro.ops import _stock
 from tfrepro.ops.exact import _fixed
 from tfrepro.ops.exact._fixed import compiled, custom_gradient
-from tfrepro.ops.exact.convolutions import _pair, _same_padding
+from tfrepro.ops.exact.convolutions import _pair, _same_padding, col2im
 from tfrepro.ops.exact.linalg import EXACT_DTYPES
 from tfrepro.ops.segment import reduce_sum
 
@@ -65,17 +69,14 @@ def _checked(input, ksize, strides, padding, data_format, what: str):
     spatial = rank - 2
     channels_first = data_format is not None and data_format.startswith("NC")
     k, s = (_pair(ksize, spatial, "ksize", channels_first, what), _pair(strides, spatial, "strides", channels_first, what))
-    if k != s:
-        raise NotImplementedError(f"tfrepro exact tier: {what} with strides {s} unlike the pool size {k} "
-                                  "(overlapping or gapped windows) is not covered")
     padding = padding.upper() if isinstance(padding, str) else padding
     if padding not in ("SAME", "VALID"):
         raise NotImplementedError(f"tfrepro exact tier: {what} padding {padding!r} is not covered")
     if channels_first:
         x = tf.transpose(x, [0, *range(2, rank), 1])
     if rank == 3:
-        x, k = tf.expand_dims(x, 1), [1, *k]
-    return x, k, padding, rank, channels_first
+        x, k, s = tf.expand_dims(x, 1), [1, *k], [1, *s]
+    return x, k, s, padding, rank, channels_first
 
 
 def _restored(y: tf.Tensor, rank: int, channels_first: bool) -> tf.Tensor:
@@ -107,15 +108,55 @@ def _max_pool_kernels(k: tuple[int, int], padding: str):
     return compiled(forward), compiled(backward)
 
 
+def _windows(x: tf.Tensor, k: list[int], s: list[int], padding: str, fill: float) -> tf.Tensor:
+    """NHWC ``x``'s pooling windows as [B, Ho, Wo, kh * kw, C] (row-major in each window), padded
+    with ``fill`` as TF pads for "SAME"."""
+    if padding == "SAME":
+        pads = [_same_padding(tf.shape(x)[i + 1], k[i], s[i], 1) for i in range(2)]
+        x = tf.pad(x, [[0, 0], list(pads[0]), list(pads[1]), [0, 0]], constant_values=fill)
+    # strided slices, not extract_patches: XLA computes that as a convolution, and -inf * 0 is NaN
+    extent = [((tf.shape(x)[i + 1] - k[i]) // s[i]) * s[i] + 1 for i in range(2)]
+    return tf.stack([x[:, a:a + extent[0]:s[0], e:e + extent[1]:s[1]] for a in range(k[0]) for e in range(k[1])],
+                    axis=3)
+
+
+def _placed(contributions: tf.Tensor, inputs: tf.Tensor, k: list[int], s: list[int], padding: str) -> tf.Tensor:
+    """Each window's [B, Ho, Wo, kh * kw, C] gradient added into place in ``inputs``' shape (col2im)."""
+    shape = tf.shape(contributions)
+    columns = tf.reshape(tf.cast(contributions, tf.float64), tf.stack([shape[0], shape[1], shape[2], k[0], k[1], shape[4]]))
+    columns.set_shape([None, None, None, k[0], k[1], None])
+    return col2im(columns, tf.shape(inputs), [1, 1], s, padding, inputs.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _overlapping_max_pool_kernels(k: tuple[int, int], s: tuple[int, int], padding: str):
+    """``_max_pool_kernels`` for windows whose strides differ from their size."""
+    def top_of(windows):
+        top = tf.reduce_max(windows, axis=3)
+        return tf.where(tf.equal(top, 0), tf.zeros_like(top), top)
+
+    def forward(inputs):
+        return top_of(_windows(inputs, list(k), list(s), padding, float("-inf")))
+
+    def backward(inputs, dy):
+        windows = _windows(inputs, list(k), list(s), padding, float("-inf"))
+        hits = tf.cast(tf.equal(windows, top_of(windows)[:, :, :, None]), tf.int32)
+        first = (hits > 0) & ~(tf.cumsum(hits, axis=3, exclusive=True) > 0)
+        return _placed(tf.where(first, dy[:, :, :, None], tf.zeros_like(windows)), inputs, list(k), list(s), padding)
+
+    return compiled(forward), compiled(backward)
+
+
 def max_pool(input, ksize, strides, padding, data_format=None, name=None):
-    """``tf.nn.max_pool`` (1-D and 2-D, non-overlapping windows) with a deterministic gradient that
-    XLA compiles: the first maximum of each window gets the window's gradient."""
+    """``tf.nn.max_pool`` (1-D and 2-D) with a deterministic gradient that XLA compiles: the first
+    maximum of each window gets the window's gradient (module doc)."""
     if tf.convert_to_tensor(input).dtype not in EXACT_DTYPES + (tf.float64,):
         with _fixed.unmarked():
             return _stock.max_pool(input, ksize, strides, padding, data_format=data_format, name=name)
-    x, k, padding, rank, channels_first = _checked(input, ksize, strides, padding, data_format, "max pooling")
+    x, k, s, padding, rank, channels_first = _checked(input, ksize, strides, padding, data_format, "max pooling")
     with tf.name_scope(name or "ExactMaxPool"):
-        forward, backward = _max_pool_kernels(tuple(k), padding)
+        forward, backward = (_max_pool_kernels(tuple(k), padding) if k == s
+                             else _overlapping_max_pool_kernels(tuple(k), tuple(s), padding))
 
         @custom_gradient
         def pool(inputs):
@@ -129,19 +170,41 @@ def max_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None):
 
 
 def avg_pool(input, ksize, strides, padding, data_format=None, name=None):
-    """``tf.nn.avg_pool`` (1-D and 2-D, non-overlapping windows): an order-invariant window sum over
-    the count of real elements."""
+    """``tf.nn.avg_pool`` (1-D and 2-D): an order-invariant window sum over the count of real
+    elements (module doc)."""
     if tf.convert_to_tensor(input).dtype not in EXACT_DTYPES + (tf.float64,):
         with _fixed.unmarked():
             return _stock.avg_pool(input, ksize, strides, padding, data_format=data_format, name=name)
-    x, k, padding, rank, channels_first = _checked(input, ksize, strides, padding, data_format, "average pooling")
+    x, k, s, padding, rank, channels_first = _checked(input, ksize, strides, padding, data_format, "average pooling")
     with tf.name_scope(name or "ExactAvgPool"):
+        if k != s:
+            return _restored(_overlapping_avg_pool(x, k, s, padding), rank, channels_first)
         blocks, _ = _blocks(x, k, padding, 0.0)
         counts, _ = _blocks(tf.ones_like(x[..., :1]), k, padding, 0.0)
         # in float64, rounded once: XLA divides by a constant count as a multiply by its reciprocal
         y = tf.cast(tf.cast(reduce_sum(blocks, axis=[2, 4]), tf.float64)
                     / tf.cast(_stock.reduce_sum(counts, axis=[2, 4]), tf.float64), x.dtype)
         return _restored(y, rank, channels_first)
+
+
+def _overlapping_avg_pool(x: tf.Tensor, k: list[int], s: list[int], padding: str) -> tf.Tensor:
+    """``avg_pool``'s overlapping or gapped windows: each window's exact sum over its count of real
+    elements in float64, rounded once; its gradient ``dy / count``, correctly rounded to ``dy``'s
+    type (a quotient of two float32s rounds the same from float64 whether XLA divides or multiplies
+    by the reciprocal of a count it knows), added into place."""
+    counts = tf.cast(_stock.reduce_sum(_windows(tf.ones_like(x[..., :1]), k, s, padding, 0.0), axis=3), tf.float64)
+
+    @custom_gradient
+    def pool(inputs):
+        total = tf.cast(reduce_sum(_windows(inputs, k, s, padding, 0.0), axis=3), tf.float64)
+
+        def grad(dy):
+            share = _fixed.narrow(tf.cast(dy, tf.float64) / counts, dy.dtype)
+            return _placed(tf.repeat(share[:, :, :, None], k[0] * k[1], axis=3), inputs, k, s, padding)
+
+        return tf.cast(total / counts, inputs.dtype), grad
+
+    return pool(x)
 
 
 def max_pool_v1(value, ksize, strides, padding, data_format="NHWC", name=None, input=None):

@@ -23,9 +23,7 @@ REFUSED = {
                                "tensorflow.python.ops.nn_impl:depthwise_conv2d"),
     "tf.nn.separable_conv2d": ("tf.nn.separable_conv2d", "tf.compat.v1.nn.separable_conv2d"),
     "tf.nn.conv3d": ("tf.nn.conv3d", "tf.compat.v1.nn.conv3d"),
-    "tf.nn.conv_transpose": ("tf.nn.conv_transpose", "tf.nn.conv2d_transpose", "tf.nn.conv1d_transpose",
-                             "tf.nn.conv3d_transpose", "tf.compat.v1.nn.conv2d_transpose",
-                             "tf.compat.v1.nn.conv3d_transpose"),
+    "tf.nn.conv3d_transpose": ("tf.nn.conv3d_transpose", "tf.compat.v1.nn.conv3d_transpose"),
     "tf.nn.max_pool3d": ("tf.nn.max_pool3d",),
     "tf.nn.avg_pool3d": ("tf.nn.avg_pool3d",),
 }
