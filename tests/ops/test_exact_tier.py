@@ -196,9 +196,10 @@ def test_conv_transpose_in_1d_channels_first_under_every_name_and_a_dynamic_batc
     assert bits(np.transpose(nchw, (0, 2, 3, 1))) == bits(nhwc)
 
     @tf.function(input_signature=[tf.TensorSpec([None, 5, 5, 3], tf.float32)])
-    def dynamic(v):  # Keras's output shape: the batch a tensor, the rest ints; the result's shape known but the batch
-        y = convolutions.conv_transpose(v, w2, [tf.shape(v)[0], 10, 10, 4], 2)
-        assert y.shape.as_list() == [None, 10, 10, 4]
+    def dynamic(v):  # Keras's output shape: the batch a tensor, the rest ints (Keras 3: a list; tf-keras: stacked);
+        y = convolutions.conv_transpose(v, w2, [tf.shape(v)[0], 10, 10, 4], 2)  # the result's shape known but the batch
+        stacked = convolutions.conv_transpose(v, w2, tf.stack([tf.shape(v)[0], 10, 10, 4]), 2)
+        assert y.shape.as_list() == stacked.shape.as_list() == [None, 10, 10, 4]
         return y
 
     assert bits(dynamic(x2)) == bits(nhwc)
@@ -218,6 +219,13 @@ def test_uncovered_transposed_convolutions_are_refused_by_name_and_bad_shapes_ra
         convolutions.conv_transpose(_scaled((2, 5, 5, 2), 0), w, [2, 10, 10, 4], 2)
     with pytest.raises(ValueError, match="4 entries"):
         convolutions.conv_transpose(x, w, [2, 10, 4], 2)
+    with pytest.raises(ValueError, match="is not what a VALID convolution"):  # TF raises too
+        convolutions.conv_transpose(x, w, [2, 24, 24, 4], 2, padding="VALID")
+    with pytest.raises(ValueError, match="batch"):
+        convolutions.conv_transpose(x, w, [3, 10, 10, 4], 2)
+    for shape in ([2, 24, 24, 4], [3, 10, 10, 4]):
+        with pytest.raises((ValueError, tf.errors.OpError)):  # oneDNN's kernel: AbortedError for the batch
+            tf.nn.conv_transpose(x, w, shape, 2, padding="VALID" if shape[1] == 24 else "SAME")
 
 
 def test_conv2d_is_within_its_bound_against_float64():

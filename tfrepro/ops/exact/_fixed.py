@@ -103,9 +103,11 @@ def narrow(x: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
 
 
 def _round_to_bfloat16(x: tf.Tensor) -> tf.Tensor:
-    """Float32 ``x`` rounded to the nearest bfloat16, ties to even, on its bits; NaN is TF's positive
-    quiet NaN. The same bits as TF's cast; XLA's convert differs in NaN's sign, and the next XLA
-    (tf-nightly 2.22.0.dev20260905) did not finish compiling a float64 function's convert to bfloat16."""
+    """Float32 ``x`` rounded to the nearest bfloat16, ties to even, on its bits; every NaN becomes the
+    positive quiet NaN. The same bits as TF's CPU cast for every other value (TF's vectorised cast
+    makes NaN positive too, its scalar tail keeps the sign); XLA's convert keeps NaN's sign, and the
+    next XLA (tf-nightly 2.22.0.dev20260905) did not finish compiling a float64 function's convert
+    to bfloat16."""
     bits = tf.bitcast(x, tf.int32)
     lsb = tf.bitwise.bitwise_and(tf.bitwise.right_shift(bits, 16), 1)
     upper = tf.bitwise.bitwise_and(tf.bitwise.right_shift(bits + 0x7FFF + lsb, 16), 0xFFFF)

@@ -176,8 +176,24 @@ def _static_dims(output_shape, rank: int) -> list[int | None]:
     """The entries of ``output_shape`` (a list of ints and scalar tensors, or a tensor) known now."""
     if isinstance(output_shape, (list, tuple)):
         return [tf.get_static_value(v) if tf.is_tensor(v) else int(v) for v in output_shape]
-    known = tf.get_static_value(output_shape)
-    return [int(v) for v in known] if known is not None else [None] * (rank + 2)
+    known = tf.get_static_value(output_shape, partial=True)
+    return [None if v is None else int(v) for v in known] if known is not None else [None] * (rank + 2)
+
+
+def _check_transpose_shapes(x: tf.Tensor, static: list, strides: list[int], dilations: list[int], kernel: list[int],
+                            padding: str, channels_first: bool) -> None:
+    """TF's ``ValueError`` where the input is not what a convolution of ``output_shape`` gives (known
+    entries only)."""
+    spatial = static[2:] if channels_first else static[1:-1]
+    given = x.shape[2:] if channels_first else x.shape[1:-1]
+    for size, got, stride, dilation, k in zip(spatial, given, strides, dilations, kernel):
+        extent = (k - 1) * dilation + 1
+        if size is not None and got is not None and got != (-(-size // stride) if padding == "SAME"
+                                                            else (size - extent) // stride + 1):
+            raise ValueError(f"a transposed convolution's input of spatial shape {list(given)} is not what a "
+                             f"{padding} convolution of output_shape {static} gives")
+    if static[0] is not None and x.shape[0] is not None and static[0] != x.shape[0]:
+        raise ValueError(f"output_shape's batch {static[0]} differs from the input's {x.shape[0]}")
 
 
 def conv_transpose(input, filters, output_shape, strides, padding="SAME", data_format=None, dilations=None,
@@ -214,6 +230,7 @@ def conv_transpose(input, filters, output_shape, strides, padding="SAME", data_f
                          f"{kernel.shape[-2]}")
     strides = _pair(strides, rank, "strides", channels_first, "transposed convolution")
     dilations = _pair(dilations, rank, "dilations", channels_first, "transposed convolution")
+    _check_transpose_shapes(x, static, strides, dilations, kernel.shape.as_list()[:rank], padding, channels_first)
     out = tf.cast(tf.convert_to_tensor(output_shape), tf.int32)
     with tf.name_scope(name or "ExactConvTranspose"):
         if channels_first:

@@ -140,7 +140,8 @@ def _overlapping_max_pool_kernels(k: tuple[int, int], s: tuple[int, int], paddin
 
     def backward(inputs, dy):
         windows = _windows(inputs, list(k), list(s), padding, float("-inf"))
-        hits = tf.cast(tf.equal(windows, top_of(windows)[:, :, :, None]), tf.int32)
+        real = _windows(tf.ones_like(inputs[..., :1]), list(k), list(s), padding, 0.0) > 0  # an all -inf window's
+        hits = tf.cast(tf.equal(windows, top_of(windows)[:, :, :, None]) & real, tf.int32)  # first real element
         first = (hits > 0) & ~(tf.cumsum(hits, axis=3, exclusive=True) > 0)
         return _placed(tf.where(first, dy[:, :, :, None], tf.zeros_like(windows)), inputs, list(k), list(s), padding)
 
@@ -182,8 +183,8 @@ def avg_pool(input, ksize, strides, padding, data_format=None, name=None):
         blocks, _ = _blocks(x, k, padding, 0.0)
         counts, _ = _blocks(tf.ones_like(x[..., :1]), k, padding, 0.0)
         # in float64, rounded once: XLA divides by a constant count as a multiply by its reciprocal
-        y = tf.cast(tf.cast(reduce_sum(blocks, axis=[2, 4]), tf.float64)
-                    / tf.cast(_stock.reduce_sum(counts, axis=[2, 4]), tf.float64), x.dtype)
+        y = _fixed.narrow(tf.cast(reduce_sum(blocks, axis=[2, 4]), tf.float64)
+                          / tf.cast(_stock.reduce_sum(counts, axis=[2, 4]), tf.float64), x.dtype)
         return _restored(y, rank, channels_first)
 
 
@@ -202,7 +203,7 @@ def _overlapping_avg_pool(x: tf.Tensor, k: list[int], s: list[int], padding: str
             share = _fixed.narrow(tf.cast(dy, tf.float64) / counts, dy.dtype)
             return _placed(tf.repeat(share[:, :, :, None], k[0] * k[1], axis=3), inputs, k, s, padding)
 
-        return tf.cast(total / counts, inputs.dtype), grad
+        return _fixed.narrow(total / counts, inputs.dtype), grad
 
     return pool(x)
 
