@@ -77,6 +77,8 @@ _BREAKS = {
     "sgd": "the exact tier's SGD update is not FMA-proof: weights can differ with XLA",
     "layer_norm": "LayerNormalization runs Keras's own arithmetic under the exact tier: its audit names the "
                   "multiply-add (or fused batch norm) and refuses the model",
+    "batch_norm_call": "BatchNormalization runs Keras's own arithmetic under the exact tier: its audit names the "
+                       "fused batch norm (or the moments' float sums) and refuses the model",
     "model_supports_jit": 'compile(jit_compile="auto") may choose XLA under op determinism',
     "trainer_build": "MultiWorkerMirroredStrategy training is not repaired: workers can diverge",
     "trainer_reduce": "MultiWorkerMirroredStrategy metrics are not averaged across workers",
@@ -111,7 +113,8 @@ INVENTORY: tuple[Target, ...] = (
         "batch_norm": (_K3 + "layers.normalization.batch_normalization", "BatchNormalization.build"),
         "adam": (_K3 + "optimizers.adam", "Adam.update_step"),
         "sgd": (_K3 + "optimizers.sgd", "SGD.update_step"),
-        "layer_norm": (_K3 + "layers.normalization.layer_normalization", "LayerNormalization.call")}),
+        "layer_norm": (_K3 + "layers.normalization.layer_normalization", "LayerNormalization.call"),
+        "batch_norm_call": (_K3 + "layers.normalization.batch_normalization", "BatchNormalization.call")}),
     *_family("keras3", "keras", ((3, 3), (3, 16)), {
         "trainer_build": (_TRAINER, "TensorFlowTrainer._maybe_symbolic_build")}),
     *_family("keras3.16", "keras", ((3, 16), None), {"trainer_build": (_TRAINER, "Trainer._maybe_symbolic_build")}),
@@ -127,7 +130,8 @@ INVENTORY: tuple[Target, ...] = (
         "epochs": ("tf_keras.src.callbacks", "CallbackList.on_epoch_begin"),
         "adam": ("tf_keras.src.optimizers.adam", "Adam.update_step"),
         "sgd": ("tf_keras.src.optimizers.sgd", "SGD.update_step"),
-        "layer_norm": ("tf_keras.src.layers.normalization.layer_normalization", "LayerNormalization.call")}),
+        "layer_norm": ("tf_keras.src.layers.normalization.layer_normalization", "LayerNormalization.call"),
+        "batch_norm_call": ("tf_keras.src.layers.normalization.batch_normalization", "BatchNormalizationBase.call")}),
     *_family("keras2.12", "keras", ((2, 0), (2, 13)), {  # the Keras 2 of TF 2.12
         "seed_state": ("keras.backend", "enable_tf_random_generator"),
         "fit_shuffle": ("keras.engine.data_adapter", "TensorLikeDataAdapter.__init__"),
@@ -135,13 +139,15 @@ INVENTORY: tuple[Target, ...] = (
         "epochs": ("keras.callbacks", "CallbackList.on_epoch_begin"),
         "adam": ("keras.optimizers.adam", "Adam.update_step"),
         "sgd": ("keras.optimizers.sgd", "SGD.update_step"),
-        "layer_norm": ("keras.layers.normalization.layer_normalization", "LayerNormalization.call")}),
+        "layer_norm": ("keras.layers.normalization.layer_normalization", "LayerNormalization.call"),
+        "batch_norm_call": ("keras.layers.normalization.batch_normalization", "BatchNormalizationBase.call")}),
     *_family("keras2.13", "keras", ((2, 13), (3, 0)), {  # the Keras 2 of TF 2.13-2.15
         "seed_state": (_K3 + "backend", "enable_tf_random_generator"),
         "fit_shuffle": (_K3 + "engine.data_adapter", "TensorLikeDataAdapter.__init__"),
         "add_weight": (_K3 + "engine.base_layer", "Layer.add_weight"),
         "epochs": (_K3 + "callbacks", "CallbackList.on_epoch_begin"),
-        "layer_norm": (_K3 + "layers.normalization.layer_normalization", "LayerNormalization.call")}),
+        "layer_norm": (_K3 + "layers.normalization.layer_normalization", "LayerNormalization.call"),
+        "batch_norm_call": (_K3 + "layers.normalization.batch_normalization", "BatchNormalizationBase.call")}),
     *_family("tf", "tensorflow", ((2, 12), None), {
         "global_generator": ("tensorflow.python.ops.stateful_random_ops", "get_global_generator"),
         "strategy_base": ("tensorflow.python.distribute.distribute_lib", "StrategyBase.__init__"),

@@ -68,7 +68,7 @@ CAPABILITIES = ("patch", "check", "doctor", "resume", "seed", "keyed", "workers"
 
 _EXACT_REFUSALS = {"vae": "AddV2 in encoder", "bert_masking": "RandomUniform",
                    "gan": "RandomStandardNormal in " if KERAS2 else "StatelessRandomNormalV2 in ",
-                   "batchnorm": "RsqrtGrad in ", "tf_random_ops": "AddV2 in ", "generator_layer": "RngReadAndSkip in "}
+                   "tf_random_ops": "AddV2 in ", "generator_layer": "RngReadAndSkip in "}
 
 
 def _refused() -> dict[tuple[str, str], str]:

@@ -1,8 +1,9 @@
-"""The exact tier's layer normalisation (``tfrepro.ops.exact.normalization``), in one process: the
-same bits compiled by XLA and not, forward and backward; invariant to the order of the normalised
-elements and to splitting the batch; close to a float64 reference; and Keras's own
-``LayerNormalization`` routed through it under ``patch(ops="exact")``, with its audit clean (the
-fresh-process runs across threads, oneDNN and replicas are in ``test_exact_training.py``)."""
+"""The exact tier's layer and batch normalisations (``tfrepro.ops.exact.normalization``), in one
+process: the same bits compiled by XLA and not, forward and backward; invariant to the order of the
+normalised elements and to splitting the batch; close to a float64 reference; and Keras's own
+``LayerNormalization`` and ``BatchNormalization`` routed through them under ``patch(ops="exact")``,
+with their audit clean, and what they do not cover left to Keras and named (the fresh-process runs
+across threads, oneDNN, XLA and replicas are in ``test_exact_training.py``)."""
 
 from __future__ import annotations
 
@@ -120,3 +121,85 @@ def test_rms_scaling_runs_kerass_own_ops_which_the_audit_checks(keras):
         want = x / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) - x.astype(np.float64).mean(1, keepdims=True) ** 2
                            + norm.epsilon) * norm.get_weights()[0]
         assert np.abs(y - want).max() <= 1e-5
+
+
+def _batch_norm(x, gamma, beta, dy, training=True, moving=None, axes=(-1,)):
+    with tf.GradientTape() as tape:
+        tape.watch([x, gamma, beta])
+        y, statistics = normalization.batch_normalization(x, gamma, beta, list(axes), 1e-3, training, moving)
+    return (y, *tape.gradient(y, [x, gamma, beta], output_gradients=dy), *(statistics or ())[:2])
+
+
+def test_batch_norm_is_the_same_under_xla_invariant_to_the_batch_order_and_close_to_float64():
+    x, gamma, beta, dy = _data((8, 5, 5, 16))
+    plain = _batch_norm(*map(tf.constant, (x, gamma, beta, dy)))
+    compiled = tf.function(_batch_norm, jit_compile=True, autograph=False)(*map(tf.constant, (x, gamma, beta, dy)))
+    assert all(bits(a) == bits(b) for a, b in zip(plain, compiled))
+    order = RNG.permutation(8)
+    shuffled = _batch_norm(*(tf.constant(v) for v in (x[order], gamma, beta, dy[order])))
+    assert bits(shuffled[0]) == bits(plain[0].numpy()[order]) and bits(shuffled[1]) == bits(plain[1].numpy()[order])
+    assert all(bits(a) == bits(b) for a, b in zip(shuffled[2:], plain[2:]))  # the weights' gradients, the statistics
+    # the float64 reference: a layer norm of each channel's values (the batch transposed to [channel, values])
+    rows = [np.moveaxis(v, -1, 0).reshape(16, -1).astype(np.float64) for v in (x, dy)]
+    y, dx = (np.moveaxis(v.numpy(), -1, 0).reshape(16, -1) for v in plain[:2])
+    want_y, want_dx, _, _ = _reference(rows[0], gamma[:, None].astype(np.float64), beta[:, None].astype(np.float64),
+                                       rows[1])
+    xhat = (rows[0] - rows[0].mean(1, keepdims=True)) / np.sqrt(rows[0].var(1, keepdims=True) + 1e-3)
+    for got, want in ((y, want_y), (dx, want_dx), (plain[2], (rows[1] * xhat).sum(1)), (plain[3], rows[1].sum(1)),
+                      (plain[4], rows[0].mean(1)), (plain[5], rows[0].var(1))):
+        assert np.abs(np.asarray(got) - want).max() <= 2 * np.spacing(np.float32(np.abs(want).max())), got
+
+
+def test_batch_norm_by_moving_statistics_and_over_the_channels_first_axis():
+    x, _, _, dy = _data((4, 16, 3, 3))
+    gamma, beta = _data((16,))[1:3]
+    moving = (tf.constant(RNG.standard_normal(16)), tf.constant(RNG.uniform(0.5, 2, 16)))
+    y, dx, dgamma, dbeta = _batch_norm(*map(tf.constant, (x, gamma, beta, dy)), training=False, moving=moving, axes=(1,))
+    shape = (1, 16, 1, 1)
+    inv = 1 / np.sqrt(moving[1].numpy().reshape(shape) + 1e-3)
+    xhat = (x - moving[0].numpy().reshape(shape)) * inv
+    assert np.abs(y.numpy() - (xhat * gamma.reshape(shape) + beta.reshape(shape))).max() <= 1e-5
+    assert np.abs(dx.numpy() - dy * gamma.reshape(shape) * inv).max() <= 1e-5
+    assert np.abs(dbeta.numpy() - dy.sum((0, 2, 3))).max() <= 1e-4
+
+
+@pytest.mark.parametrize("channels_first", [False, True])
+def test_keras_batch_norm_runs_the_exact_op_moving_statistics_included_and_its_audit_is_clean(keras, channels_first):
+    """Keras's ``BatchNormalization`` in a conv net trained by ``fit``: its audit is clean; its output
+    and moving statistics are the exact op's, within float32's error of Keras's own arithmetic."""
+    shape = (6, 4, 4) if channels_first else (4, 4, 6)
+    x = (RNG.standard_normal((32, *shape)) * 2 + 1).astype(np.float32)
+    with tfrepro.patched(0, ops="exact"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        norm = keras.layers.BatchNormalization(axis=1 if channels_first else -1, momentum=0.5)
+        model = keras.Sequential([keras.Input(shape), norm, keras.layers.Flatten(), keras.layers.Dense(2)])
+        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, RNG.integers(0, 2, 32), batch_size=32, epochs=1, verbose=0, shuffle=False)
+        assert "every op covered" in str(tfrepro.status())
+        moved = [w.copy() for w in norm.get_weights()[2:]]
+        ours = norm(tf.constant(x), training=False)
+    channel = 1 if channels_first else 3
+    axes = tuple(a for a in range(4) if a != channel)
+    variance = x.astype(np.float64).var(axes)
+    if getattr(norm, "fused", False):  # Keras 2's fused kernel keeps the unbiased variance
+        variance *= x.size / 6 / (x.size / 6 - 1)
+    assert np.abs(moved[0] - 0.5 * x.astype(np.float64).mean(axes)).max() <= 1e-6
+    assert np.abs(moved[1] - (0.5 + 0.5 * variance)).max() <= 1e-5
+    stock = norm(tf.constant(x), training=False)  # unpatched: Keras's own arithmetic
+    assert np.abs(stock.numpy() - ours.numpy()).max() <= 1e-5
+
+
+def test_what_the_exact_batch_norm_does_not_cover_runs_kerass_own_call_which_the_audit_names(keras):
+    """A masked or renormalising ``BatchNormalization`` is left to Keras's own ``call``: its float
+    sums are named, with the layer, before the first step."""
+    if "renorm" not in keras.layers.BatchNormalization.__init__.__code__.co_varnames and not hasattr(
+            keras.layers.BatchNormalization(), "renorm"):
+        pytest.skip("this Keras has no batch renormalisation")
+    x = RNG.standard_normal((16, 8)).astype(np.float32)
+    with tfrepro.patched(0, ops="exact"), warnings.catch_warnings(), pytest.raises(Exception) as raised:
+        warnings.simplefilter("ignore")
+        model = keras.Sequential([keras.Input((8,)), keras.layers.BatchNormalization(renorm=True, name="renormed"),
+                                  keras.layers.Dense(2)])
+        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, RNG.integers(0, 2, 16), batch_size=8, epochs=1, verbose=0)
+    assert "tfrepro exact tier" in str(raised.value) and "renormed" in str(raised.value), str(raised.value)[:2000]

@@ -9,10 +9,13 @@ pooling), reading each MNIST digit as a "sentence" of 49 tokens (its 4x4 patches
 --model autoencoder: a UNet-style convolutional autoencoder of the digits (two strided Conv2D down,
 an overlapping 3x3 max pool between them, two strided Conv2DTranspose up, a skip connection
 concatenated, a sigmoid output, mean squared error).
+--model resnet: a small ResNet of the digits (a strided Conv2D stem, BatchNormalization, a 3x3/2
+overlapping max pool, a residual block of two Conv2D and BatchNormalization joined by an Add,
+global average pooling); its BatchNormalization synchronized across replicas (--sync-bn).
 
-usage: exact_train.py [--model cnn|transformer|autoencoder] [--ops exact|auto] [--threads N] [--onednn on|off]
+usage: exact_train.py [--model cnn|transformer|autoencoder|resnet] [--ops exact|auto] [--threads N] [--onednn on|off]
                       [--jit] [--no-dropout] [--replicas 1|2] [--steps N] [--layer-norm]
-                      [--batch-norm] [--attention] [--no-activations]
+                      [--batch-norm] [--sync-bn] [--attention] [--no-activations]
 
 --replicas 2 trains under MirroredStrategy over two logical CPU devices with the same global batch.
 """
@@ -22,7 +25,7 @@ import hashlib
 import json
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--model", choices=("cnn", "transformer", "autoencoder"), default="cnn")
+parser.add_argument("--model", choices=("cnn", "transformer", "autoencoder", "resnet"), default="cnn")
 parser.add_argument("--ops", default="exact")
 parser.add_argument("--threads", type=int, default=None)
 parser.add_argument("--onednn", choices=("on", "off"), default=None)
@@ -32,6 +35,7 @@ parser.add_argument("--replicas", type=int, default=1)
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--layer-norm", action="store_true", help="a LayerNormalization before the CNN's head")
 parser.add_argument("--batch-norm", action="store_true", help="a BatchNormalization before the CNN's head")
+parser.add_argument("--sync-bn", action="store_true", help="BatchNormalization(synchronized=True)")
 parser.add_argument("--attention", action="store_true", help="self-attention over the CNN's 16 features as 4 tokens")
 parser.add_argument("--no-activations", action="store_true", help="leave out the activations after the first Dense")
 args = parser.parse_args()
@@ -71,7 +75,7 @@ def cnn():
     if args.layer_norm:
         hidden.append(tf.keras.layers.LayerNormalization())
     if args.batch_norm:
-        hidden.append(tf.keras.layers.BatchNormalization())
+        hidden.append(tf.keras.layers.BatchNormalization(synchronized=args.sync_bn))
     head = tf.keras.layers.Dense(model.layers[-1].units, activation="softmax")
     return tf.keras.Sequential([tf.keras.Input(model.input_shape[1:]), *model.layers[:-1], *hidden, head])
 
@@ -120,6 +124,21 @@ def autoencoder():
     return tf.keras.Model(images, layers.Conv2DTranspose(1, 3, strides=2, padding="same", activation="sigmoid")(x))
 
 
+def resnet():
+    layers = tf.keras.layers
+
+    def normalised(x):
+        return layers.BatchNormalization(synchronized=args.sync_bn)(x)
+
+    images = tf.keras.Input((28, 28, 1))
+    x = layers.ReLU()(normalised(layers.Conv2D(8, 3, strides=2, padding="same", use_bias=False)(images)))
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    y = layers.ReLU()(normalised(layers.Conv2D(8, 3, padding="same", use_bias=False)(x)))
+    y = normalised(layers.Conv2D(8, 3, padding="same", use_bias=False)(y))
+    x = layers.GlobalAveragePooling2D()(layers.ReLU()(layers.Add()([x, y])))
+    return tf.keras.Model(images, layers.Dense(10, activation="softmax")(x))
+
+
 def as_tokens(images):
     """Each 28x28 digit as 49 tokens: the ink of its 4x4 patches, in 16 levels."""
     patches = images.reshape(-1, 7, 4, 7, 4).mean(axis=(2, 4)).reshape(-1, 49)
@@ -129,7 +148,7 @@ def as_tokens(images):
 x_train = as_tokens(data.x_train) if args.model == "transformer" else data.x_train
 y_train = data.x_train if args.model == "autoencoder" else data.y_train
 with strategy.scope():
-    model = {"cnn": cnn, "transformer": transformer, "autoencoder": autoencoder}[args.model]()
+    model = {"cnn": cnn, "transformer": transformer, "autoencoder": autoencoder, "resnet": resnet}[args.model]()
     if args.model == "autoencoder":
         model.compile(optimizer="adam", loss="mse", jit_compile=args.jit)
     else:

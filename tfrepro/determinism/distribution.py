@@ -31,7 +31,9 @@ by replica, and Keras 3 can train under ``MultiWorkerMirroredStrategy``.
   the worker, and a checkpoint can hold one copy only. While patched, under a strategy of more than
   one replica, a BatchNormalization built in its scope makes them ``aggregation="mean"``: every
   step writes the mean of the replicas' updates to every copy (one small all-reduce per variable),
-  so the copies stay the same bits. (Keras 2 keeps per-replica copies and averages them when they
+  so the copies stay the same bits; a ``synchronized=True`` one, whose statistics every replica
+  shares, makes them ``"only_first_replica"`` under the exact tier (the first replica's update,
+  copied: a float mean of 3 identical copies can round). (Keras 2 keeps per-replica copies and averages them when they
   are read; either way the statistic is the mean over replicas of each replica's own batch
   statistics, which for the variance is not the variance of the global batch.)
 
@@ -247,7 +249,10 @@ def _average_keras3_moving_statistics(module: ModuleType) -> None:
 
         def add_averaged_weight(*weight_args: Any, **weight_kwargs: Any) -> Any:
             if not weight_kwargs.get("trainable", True) and weight_kwargs.get("aggregation", "none") == "none":
-                weight_kwargs["aggregation"] = "mean"
+                # synchronized statistics are the same on every replica: the first replica's, not a float mean
+                exact = state.active_summation() == "exact_tier"  # (the exact tier needs no float mean)
+                weight_kwargs["aggregation"] = ("only_first_replica" if exact and getattr(self, "synchronized", False)
+                                                else "mean")
             return add_weight(*weight_args, **weight_kwargs)
 
         object.__setattr__(self, "add_weight", add_averaged_weight)  # past Keras's attribute tracking

@@ -191,7 +191,8 @@ def _replacements_setting(tf_version: str | None) -> Setting:
         refused = [name[len("refused "):] for name in replaced if name.startswith("refused ")]
         return Setting("op replacements", f"exact tier (ops='exact'): {len(covered)} ops order-invariant (matmul, convolution, pooling, "
                        "dropout, sums, activations, exp/log and cross-entropies exact), "
-                       f"{len(refused)} refused by name, Keras's Adam and SGD updates FMA-proof", None,
+                       f"{len(refused)} refused by name, Keras's Adam and SGD updates FMA-proof, its "
+                       "LayerNormalization and BatchNormalization exact", None,
                        "exact: " + ", ".join(covered) + "; refused: " + ", ".join(refused))
     return Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops", None,
                    "order-invariant: " + ", ".join(replaced))

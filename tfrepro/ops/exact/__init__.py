@@ -18,7 +18,8 @@ batch (tested with 2; docs/explanation/exact-tier.md states the limits).
   and ``add`` of a broadcast weight, whose gradient is replica-global.
 - ``reductions``: ``reduce_sum``, ``reduce_mean``, ``bias_add``.
 - ``optimizers``: Keras 3's Adam and SGD updates, FMA-proof.
-- ``normalization``: Keras's ``LayerNormalization``, one exact op with replica-global weight gradients.
+- ``normalization``: Keras's ``LayerNormalization`` and ``BatchNormalization``, each one exact op with
+  replica-global weight gradients (a synchronized batch norm's statistics global too).
 - ``refusals``: what is not covered raises by name.
 - ``coverage``: the audit of every traced step: what is not covered is named before it runs.
 

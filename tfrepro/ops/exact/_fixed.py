@@ -316,11 +316,14 @@ def _compiled(kernel, plan: tuple[str, int | None], dtype: tf.DType):
     return _COMPILED[key]
 
 
-def exact_batch_sum(x: tf.Tensor, axes: list[int], replicas: Replicas | None = None) -> tf.Tensor:
+def exact_batch_sum(x: tf.Tensor, axes: list[int], replicas: Replicas | None = None,
+                    shared: bool = False) -> tf.Tensor:
     """``reduce_sum(x, axes)`` exactly rounded from an exact fixed-point sum: per kept element,
     ``e`` with ``max|x| < 2**e`` over the summed elements, ``round(x * 2**(62 - ceil(log2 n) - e))``
     summed as int64 (three exact float64 limbs, which every device sums), rounded once. With
-    ``replicas``, the batch is split across them and the sum is global, on the first replica."""
+    ``replicas``, the batch is split across them and the sum is global: on the first replica (a
+    weight's gradient, which the strategy then sums), or with ``shared`` on every replica (a
+    statistic each replica goes on to use)."""
     dtype = x.dtype
     x = working(x)
     axes = sorted(axis % x.shape.rank for axis in axes)
@@ -337,7 +340,7 @@ def exact_batch_sum(x: tf.Tensor, axes: list[int], replicas: Replicas | None = N
     result = round_scaled(total, -shift, dtype)
     result = tf.where(finite, result, tf.constant(float("nan"), dtype))
     result = tf.squeeze(result, axis=axes)
-    return result if replicas is None else replicas.first_only(result)
+    return result if replicas is None or shared else replicas.first_only(result)
 
 
 

@@ -71,7 +71,7 @@ def _dilate(x: tf.Tensor, axis: int, stride: int) -> tf.Tensor:
     paddings = [[0, 0]] * 5
     paddings[axis + 1] = [0, stride - 1]
     spread = tf.pad(tf.expand_dims(x, axis + 1), paddings)
-    spread = tf.reshape(spread, tf.tensor_scatter_nd_update(shape, [[axis]], [shape[axis] * stride]))
+    spread = tf.reshape(spread, tf.concat([shape[:axis], [shape[axis] * stride], shape[axis + 1:]], 0))
     end = shape[axis] * stride - stride + 1
     return spread[:, :end] if axis == 1 else spread[:, :, :end]
 

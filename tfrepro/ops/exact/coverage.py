@@ -194,6 +194,18 @@ _FOLDED = (("XLA",), "XLA folds the constants of a chain of float adds or multip
                      "a + (C1 + C2)), rounded otherwise")
 _TO_INTEGER = (("XLA",), "a computed float converted to an integer: NaN and out-of-range values convert to other "
                          "integers under XLA than in TF")
+# What the exact tier computes exactly but whose meaning changes along an axis: an identity of the value,
+# built in the scope ``REFUSED_PREFIX + key``, is named as this (``refuse_in_place``).
+REFUSED_PREFIX = "tfrepro_refused_"
+_REFUSED_IN_PLACE = {
+    "unsynchronized_batch_norm": ("BatchNormalization", ("replicas",), (
+        "with synchronized=False each replica normalises its share of the batch by that share's own statistics, "
+        "another computation than one device's; BatchNormalization(synchronized=True) normalises by the global "
+        "batch's, exactly")),
+    "moving_statistics_averaged_when_read": ("BatchNormalization", ("replicas",), (
+        "Keras 2 keeps a moving statistic per replica and averages the copies in float when it is read (a "
+        "checkpoint, get_weights): identical copies average exactly on 2 replicas, not on more")),
+}
 
 
 class _Function:
@@ -479,8 +491,26 @@ def _marked(name: str) -> bool:
     return any(_fixed.marked_scope(part) for part in name.split("/"))
 
 
+def _refused_in_place(name: str) -> tuple[str, tuple[str, ...], str] | None:
+    for part in name.split("/"):
+        if part.startswith(REFUSED_PREFIX):
+            return next((found for key, found in _REFUSED_IN_PLACE.items()
+                         if part[len(REFUSED_PREFIX):].startswith(key)), None)
+    return None
+
+
+def refuse_in_place(x: tf.Tensor, key: str) -> tf.Tensor:
+    """``x`` through an identity that the audit names as ``_REFUSED_IN_PLACE[key]`` says, in the
+    layer that builds it: for a value the tier computes exactly that still differs on an axis."""
+    if key not in _REFUSED_IN_PLACE:
+        raise KeyError(key)
+    with _fixed.unmarked(), tf.name_scope(REFUSED_PREFIX + key):
+        return tf.identity(x)
+
+
 def _layer(name: str) -> str:
-    parts = [part for part in name.split("/")[:-1] if not _fixed.marked_scope(part)]
+    parts = [part for part in name.split("/")[:-1] if not _fixed.marked_scope(part) and
+             not part.startswith(REFUSED_PREFIX)]
     gradient = bool(parts) and _exact_sum.gradient_depth(parts[0]) > 0
     parts = parts[1:-1] if gradient else parts  # a gradient op's scope is its forward op's name
     scope = "/".join(parts) or "the step"
@@ -529,10 +559,11 @@ def audit(graph_def: Any, outputs: Iterable[str]) -> list[Uncovered]:
         for node in function.live():
             for callee in function.callees(node):
                 walk(callee)
-            verdict = _verdict(function, node)
+            refused = _refused_in_place(node.name)
+            op, verdict = (refused[0], refused[1:]) if refused else (node.op, _verdict(function, node))
             if verdict is not None:
                 layer = _layer(node.name)
-                found.setdefault((node.op, layer), Uncovered(node.op, node.name, layer, *verdict))
+                found.setdefault((op, layer), Uncovered(op, node.name, layer, *verdict))
 
     walk(_Function(graph_def.node, outputs, library))
     return sorted(found.values(), key=lambda u: (u.layer, u.op))
