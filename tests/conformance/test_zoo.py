@@ -33,7 +33,8 @@ at the bottom). Every column but ``resume`` runs every pattern in one process pe
 (``zoo.py all``): crossing processes is the point of ``patch``, ``check`` and ``seed``, and a
 pattern whose computation leaked into the next one's would show there too; ``workers`` runs one
 cluster per run, ``doctor`` diagnoses each pattern's ``fit`` in turn. ``resume`` needs a process per
-pattern (a process is killed once), and a refused cell one for the pattern alone. The processes run
+pattern (a process is killed once; a refused pattern, only its uninterrupted run), and a refused cell
+one for the pattern alone (the two custom loops, which the launcher refuses as a whole, share one). The processes run
 two at a time, started as soon as the first zoo test needs them.
 """
 
@@ -68,20 +69,25 @@ CAPABILITIES = ("patch", "check", "doctor", "resume", "seed", "keyed", "workers"
 
 _EXACT_REFUSALS = {"vae": "AddV2 in encoder", "bert_masking": "RandomUniform",
                    "gan": "RandomStandardNormal in " if KERAS2 else "StatelessRandomNormalV2 in ",
-                   "tf_random_ops": "AddV2 in ", "generator_layer": "RngReadAndSkip in "}
+                   "tf_random_ops": "AddV2 in ", "generator_layer": "RngReadAndSkip in ",
+                   # the cell's f * c + i * g, a multiply-add XLA may fuse (Keras 2 traces its own step function)
+                   "lstm": "'standard_lstm'" if KERAS2 else "lstm_cell"}
+
+
+NEVER_FITS = "never called Model.fit"  # the launcher's refusal, once the whole script has run
 
 
 def _refused() -> dict[tuple[str, str], str]:
     """(pattern, capability) -> the words the capability must refuse it with."""
     refused = {
-        ("custom_loop", "check"): "never called Model.fit",
-        ("custom_loop", "doctor"): "never called Model.fit",
-        ("custom_loop", "resume"): "never called Model.fit",
-        ("custom_loop_checkpointed", "check"): "never called Model.fit",
-        ("custom_loop_checkpointed", "doctor"): "never called Model.fit",
+        ("custom_loop", "check"): NEVER_FITS,
+        ("custom_loop", "doctor"): NEVER_FITS,
+        ("custom_loop", "resume"): NEVER_FITS,
+        ("custom_loop_checkpointed", "check"): NEVER_FITS,
+        ("custom_loop_checkpointed", "doctor"): NEVER_FITS,
         ("tf_random_ops", "resume"): "tf_random",
-        ("custom_loop", "workers"): "never called Model.fit",
-        ("custom_loop_checkpointed", "workers"): "never called Model.fit",
+        ("custom_loop", "workers"): NEVER_FITS,
+        ("custom_loop_checkpointed", "workers"): NEVER_FITS,
     }
     if KERAS2:  # Keras 2 refuses a loss object with automatic reduction in a train_step under a strategy
         refused[("custom_train_step", "workers")] = "when losses are used with `tf.distribute.Strategy`"
@@ -137,6 +143,16 @@ def _tfrepro(folder: Path, *args: str, env: dict[str, str], timeout: float = 600
 
 def _python(pattern: str, *args: str) -> list[str]:
     return ["--", sys.executable, str(ZOO), pattern, *args]
+
+
+def _alone(pattern: str) -> tuple[str, str]:
+    """``zoo.py``'s argument for one pattern, or for patterns joined by ``+`` (the custom loops, which
+    the launcher refuses as a whole: neither calls ``fit``) in one process, and the ``ZOO_SKIP`` that
+    leaves the others out."""
+    if "+" not in pattern:
+        return pattern, ""
+    together = pattern.split("+")
+    return "all", ",".join(p for p in PATTERNS if p not in together)
 
 
 def _results(path: Path) -> dict[str, list[dict]]:
@@ -199,7 +215,7 @@ def _workers(folder: Path, pattern: str = "all") -> dict:
     """``tfrepro check --workers 2 --runs 2`` with every pattern (but the refused) built under
     MultiWorkerMirroredStrategy, in one cluster per run; or one pattern alone."""
     results = folder / "results.jsonl"
-    skip = ",".join(p for p, c in REFUSED if c == "workers") if pattern == "all" else ""
+    pattern, skip = ("all", ",".join(p for p, c in REFUSED if c == "workers")) if pattern == "all" else _alone(pattern)
     proc = _tfrepro(folder, "check", "--workers", "2", "--runs", "2", "--seed", str(SEED), "--out",
                     str(folder / "out"), *_python(pattern), env=_env(results, ZOO_STRATEGY="multi-worker", ZOO_SKIP=skip))
     return _job(folder, proc, results)
@@ -207,8 +223,9 @@ def _workers(folder: Path, pattern: str = "all") -> dict:
 
 def _check_alone(folder: Path, pattern: str) -> dict:
     results = folder / "results.jsonl"
+    pattern, skip = _alone(pattern)
     proc = _tfrepro(folder, "check", "--runs", "2", "--seed", str(SEED), "--out", str(folder / "out"),
-                    *_python(pattern), env=_env(results))
+                    *_python(pattern), env=_env(results, ZOO_SKIP=skip))
     return _job(folder, proc, results)
 
 
@@ -225,8 +242,9 @@ def _reports(out: Path) -> list[dict]:
 def _doctor(folder: Path, pattern: str) -> dict:
     """``tfrepro doctor`` on one pattern alone, with its culprit planted (a refused cell)."""
     results = folder / "results.jsonl"
+    pattern, skip = _alone(pattern)
     proc = _tfrepro(folder, "doctor", "--seed", str(SEED), "--out", str(folder / "out"), *_python(pattern),
-                    env=_env(results, ZOO_PLANT="1"))
+                    env=_env(results, ZOO_PLANT="1", ZOO_SKIP=skip))
     return _job(folder, proc, results)
 
 
@@ -242,6 +260,8 @@ def _resume(folder: Path, pattern: str) -> dict:
         return _job(folder, proc, results)
 
     whole = run("whole")
+    if (pattern, "resume") in REFUSED:  # refused before any checkpoint: nothing to kill or resume
+        return {"whole": whole}
     killed = run("resumed", ZOO_KILL_AT="5")
     resumed = run("resumed")
     return {"whole": whole, "killed": killed, "resumed": resumed}
@@ -256,6 +276,8 @@ _ENTRIES = ("run", "check", *(() if KERAS2 else ("sweep", "tune")), "doctor", "c
 
 def _jobs_for(capability: str, pattern: str) -> list[tuple[str, ...]]:
     if (pattern, capability) in REFUSED and capability != "exact":  # an exact refusal is in the entry's own run
+        if REFUSED[(pattern, capability)] == NEVER_FITS and capability != "resume":  # one process for the loops
+            pattern = "+".join(p for p in PATTERNS if REFUSED.get((p, capability)) == NEVER_FITS)
         return [{"check": ("check_alone", pattern), "doctor": ("doctor", pattern),
                  "resume": ("resume", pattern), "workers": ("workers", pattern)}[capability]]
     return {"patch": [("entry", "run"), ("entry", "check"), ("entry", "inscript")],
