@@ -1,9 +1,10 @@
 """The exact tier's cost on this CPU, measured side by side in one run: each exact op against TF's
-op, then the Keras MNIST CNN's epoch under ``patch(ops="exact")`` against ``patch(ops="auto")``,
-and the two arms' final losses over a few seeds compared with ``tfrepro.compare_sweeps`` (do the
-exact ops train as well?). Not a test: the figures are printed only.
+op, then a model's epoch under ``patch(ops="exact")`` against ``patch(ops="auto")`` (the Keras
+MNIST CNN, or with ``--model lstm`` a bidirectional LSTM reading each digit's 28 rows as a
+sequence), and the two arms' final losses over a few seeds compared with
+``tfrepro.compare_sweeps`` (do the exact ops train as well?). Not a test: the figures are printed only.
 
-    python bench/exact_cost.py [--seeds 3] [--limit 2048] [--reps 5]
+    python bench/exact_cost.py [--model cnn|lstm] [--seeds 3] [--limit 2048] [--reps 5]
 
 Per op: forward + backward as a tf.function, best of --reps after a warm-up, the two alternating.
 Whole model: a fresh process per arm and seed trains 2 epochs (batch 64) and times the second, so
@@ -22,7 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import PYTHON, median, run  # noqa: E402
 
 
-def _child(ops: str, seed: int, limit: int) -> None:
+def _lstm(tf):
+    layers = tf.keras.layers
+    return tf.keras.Sequential([tf.keras.Input((28, 28)), layers.Bidirectional(layers.LSTM(64)),
+                                layers.Dense(10, activation="softmax")])
+
+
+def _child(ops: str, seed: int, limit: int, model_name: str) -> None:
     import tfrepro
 
     tfrepro.patch(seed, ops=ops)
@@ -32,7 +39,8 @@ def _child(ops: str, seed: int, limit: int) -> None:
     from tfrepro.examples.mnist_cnn import build_model
 
     data = load_mnist(allow_download=False, limit=limit)
-    model = build_model(tf.keras)
+    model = build_model(tf.keras) if model_name == "cnn" else _lstm(tf)
+    x_train = data.x_train if model_name == "cnn" else data.x_train.reshape(-1, 28, 28)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     times = []
 
@@ -43,7 +51,7 @@ def _child(ops: str, seed: int, limit: int) -> None:
         def on_epoch_end(self, epoch, logs=None):
             times.append(time.perf_counter() - self.start)
 
-    history = model.fit(data.x_train, data.y_train, batch_size=64, epochs=2, verbose=0, callbacks=[Timer()])
+    history = model.fit(x_train, data.y_train, batch_size=64, epochs=2, verbose=0, callbacks=[Timer()])
     print(json.dumps({"epoch_s": times[-1], "loss": history.history["loss"][-1]}))
 
 
@@ -104,27 +112,30 @@ def _per_op(reps: int) -> list[tuple[str, float, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("cnn", "lstm"), default="cnn")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--limit", type=int, default=2048)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--child", nargs=2, metavar=("OPS", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return _child(args.child[0], int(args.child[1]), args.limit)
+        return _child(args.child[0], int(args.child[1]), args.limit, args.model)
 
-    print("per op (ms, best of %d): exact / TF = ratio" % args.reps)
-    for name, exact_ms, stock_ms in _per_op(args.reps):
-        print(f"  {name:40s} {exact_ms:8.2f} / {stock_ms:7.2f} = {exact_ms / stock_ms:5.1f}x")
+    if args.model == "cnn":
+        print("per op (ms, best of %d): exact / TF = ratio" % args.reps)
+        for name, exact_ms, stock_ms in _per_op(args.reps):
+            print(f"  {name:40s} {exact_ms:8.2f} / {stock_ms:7.2f} = {exact_ms / stock_ms:5.1f}x")
 
     import tfrepro
 
     results = {"exact": [], "auto": []}
     for seed in range(args.seeds):
         for ops in ("auto", "exact"):
-            out = run([PYTHON, __file__, "--limit", str(args.limit), "--child", ops, str(seed)])
+            out = run([PYTHON, __file__, "--model", args.model, "--limit", str(args.limit), "--child", ops, str(seed)])
             results[ops].append(json.loads(out.strip().splitlines()[-1]))
     ratios = [e["epoch_s"] / a["epoch_s"] for e, a in zip(results["exact"], results["auto"])]
-    print(f"MNIST CNN epoch ({args.limit} images, batch 64, 2 CPU cores): exact "
+    what = "MNIST CNN" if args.model == "cnn" else "bidirectional LSTM(64) over the digits' rows"
+    print(f"{what} epoch ({args.limit} images, batch 64, 2 CPU cores): exact "
           f"{median([r['epoch_s'] for r in results['exact']]):.2f} s, auto "
           f"{median([r['epoch_s'] for r in results['auto']]):.2f} s: {median(ratios):.1f}x (median of {args.seeds} seeds)")
     comparison = tfrepro.compare_sweeps([r["loss"] for r in results["auto"]], [r["loss"] for r in results["exact"]])

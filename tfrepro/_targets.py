@@ -79,6 +79,8 @@ _BREAKS = {
                   "multiply-add (or fused batch norm) and refuses the model",
     "batch_norm_call": "BatchNormalization runs Keras's own arithmetic under the exact tier: its audit names the "
                        "fused batch norm (or the moments' float sums) and refuses the model",
+    "lstm_cell": "LSTMCell's carry runs Keras's own arithmetic under the exact tier: its audit names the "
+                 "multiply-add and refuses the model",
     "model_supports_jit": 'compile(jit_compile="auto") may choose XLA under op determinism',
     "trainer_build": "MultiWorkerMirroredStrategy training is not repaired: workers can diverge",
     "trainer_reduce": "MultiWorkerMirroredStrategy metrics are not averaged across workers",
@@ -114,7 +116,8 @@ INVENTORY: tuple[Target, ...] = (
         "adam": (_K3 + "optimizers.adam", "Adam.update_step"),
         "sgd": (_K3 + "optimizers.sgd", "SGD.update_step"),
         "layer_norm": (_K3 + "layers.normalization.layer_normalization", "LayerNormalization.call"),
-        "batch_norm_call": (_K3 + "layers.normalization.batch_normalization", "BatchNormalization.call")}),
+        "batch_norm_call": (_K3 + "layers.normalization.batch_normalization", "BatchNormalization.call"),
+        "lstm_cell": (_K3 + "layers.rnn.lstm", "LSTMCell._compute_carry_and_output_fused")}),
     *_family("keras3", "keras", ((3, 3), (3, 16)), {
         "trainer_build": (_TRAINER, "TensorFlowTrainer._maybe_symbolic_build")}),
     *_family("keras3.16", "keras", ((3, 16), None), {"trainer_build": (_TRAINER, "Trainer._maybe_symbolic_build")}),

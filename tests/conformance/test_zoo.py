@@ -70,8 +70,8 @@ CAPABILITIES = ("patch", "check", "doctor", "resume", "seed", "keyed", "workers"
 _EXACT_REFUSALS = {"vae": "AddV2 in encoder", "bert_masking": "RandomUniform",
                    "gan": "RandomStandardNormal in " if KERAS2 else "StatelessRandomNormalV2 in ",
                    "tf_random_ops": "AddV2 in ", "generator_layer": "RngReadAndSkip in ",
-                   # the cell's f * c + i * g, a multiply-add XLA may fuse (Keras 2 traces its own step function)
-                   "lstm": "'standard_lstm'" if KERAS2 else "lstm_cell"}
+                   # tf-keras's LSTM traces its own step, whose f * c + i * g is a multiply-add XLA may fuse
+                   **({"lstm": "'standard_lstm'"} if KERAS2 else {})}
 
 
 NEVER_FITS = "never called Model.fit"  # the launcher's refusal, once the whole script has run

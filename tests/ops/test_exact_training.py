@@ -16,6 +16,7 @@
 - a small ResNet (BatchNormalization, a 3x3/2 max pool, a residual Add, global average pooling)
   likewise, moving statistics included, its BatchNormalization ``synchronized=True``; an
   unsynchronized BatchNormalization on two replicas is named;
+- Keras 3's LSTM ends on the same weights across threads, oneDNN and XLA (all three at once);
 - under ``ops="auto"`` the thread count and oneDNN (the CNN's) change the weights: the negative
   control;
 - every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads.
@@ -88,6 +89,9 @@ RUNS = {
     # a small ResNet, its BatchNormalization synchronized (one device's statistics are the global batch's)
     "resnet": [*RESNET, *ONE_DEVICE],
     "resnet_mirrored": [*RESNET, *TWO_REPLICAS, "--replicas", "2"],
+    # Keras 3's LSTM (tf-keras's runs its own traced step, which the audit names): threads, oneDNN and XLA
+    **({} if KERAS2 else {"lstm": ["--model", "lstm", "--threads", "2", "--onednn", "on"],
+                          "lstm_axes": ["--model", "lstm", "--threads", "1", "--onednn", "off", *JIT]}),
 }
 REFUSED = {"batch_norm_mirrored", "transformer_mirrored"}  # runs the exact tier's audit must refuse before a step
 
@@ -108,11 +112,13 @@ def trained():
         return {name: future.result() for name, future in futures.items()}
 
 
-_VARIANTS = {"threads1_onednn_off": "base", "xla": "xla_base", "transformer_axes": "transformer"}  # run -> the run it must equal
+_VARIANTS = {"threads1_onednn_off": "base", "xla": "xla_base", "transformer_axes": "transformer",
+             "lstm_axes": "lstm"}  # run -> the run it must equal
 
 
 @pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.skipif(
-    v not in RUNS, reason="XLA's runs are Keras 3's; the CNN's by TFREPRO_CNN_XLA=1 (RUNS)")) for v in _VARIANTS])
+    v not in RUNS, reason="XLA's runs are Keras 3's, as is the LSTM; the CNN's XLA run by TFREPRO_CNN_XLA=1 (RUNS)"))
+    for v in _VARIANTS])
 def test_the_exact_tier_gives_the_same_weights(trained, variant):
     base = trained[_VARIANTS[variant]]
     assert trained[variant]["jit"] == ("--jit" in RUNS[variant]) and not base["jit"]  # XLA compiled fit's step

@@ -12,8 +12,9 @@ concatenated, a sigmoid output, mean squared error).
 --model resnet: a small ResNet of the digits (a strided Conv2D stem, BatchNormalization, a 3x3/2
 overlapping max pool, a residual block of two Conv2D and BatchNormalization joined by an Add,
 global average pooling); its BatchNormalization synchronized across replicas (--sync-bn).
+--model lstm: an LSTM reading each digit's 28 rows as a sequence.
 
-usage: exact_train.py [--model cnn|transformer|autoencoder|resnet] [--ops exact|auto] [--threads N] [--onednn on|off]
+usage: exact_train.py [--model cnn|transformer|autoencoder|resnet|lstm] [--ops exact|auto] [--threads N] [--onednn on|off]
                       [--jit] [--no-dropout] [--replicas 1|2] [--steps N] [--layer-norm]
                       [--batch-norm] [--sync-bn] [--attention] [--no-activations]
 
@@ -25,7 +26,7 @@ import hashlib
 import json
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--model", choices=("cnn", "transformer", "autoencoder", "resnet"), default="cnn")
+parser.add_argument("--model", choices=("cnn", "transformer", "autoencoder", "resnet", "lstm"), default="cnn")
 parser.add_argument("--ops", default="exact")
 parser.add_argument("--threads", type=int, default=None)
 parser.add_argument("--onednn", choices=("on", "off"), default=None)
@@ -139,16 +140,23 @@ def resnet():
     return tf.keras.Model(images, layers.Dense(10, activation="softmax")(x))
 
 
+def lstm():
+    return tf.keras.Sequential([tf.keras.Input((28, 28)), tf.keras.layers.LSTM(16),
+                                tf.keras.layers.Dense(10, activation="softmax")])
+
+
 def as_tokens(images):
     """Each 28x28 digit as 49 tokens: the ink of its 4x4 patches, in 16 levels."""
     patches = images.reshape(-1, 7, 4, 7, 4).mean(axis=(2, 4)).reshape(-1, 49)
     return np.minimum((patches * 16).astype("int32"), 15)
 
 
-x_train = as_tokens(data.x_train) if args.model == "transformer" else data.x_train
+x_train = {"transformer": lambda x: as_tokens(x), "lstm": lambda x: x.reshape(-1, 28, 28)}.get(
+    args.model, lambda x: x)(data.x_train)
 y_train = data.x_train if args.model == "autoencoder" else data.y_train
 with strategy.scope():
-    model = {"cnn": cnn, "transformer": transformer, "autoencoder": autoencoder, "resnet": resnet}[args.model]()
+    model = {"cnn": cnn, "transformer": transformer, "autoencoder": autoencoder, "resnet": resnet,
+             "lstm": lstm}[args.model]()
     if args.model == "autoencoder":
         model.compile(optimizer="adam", loss="mse", jit_compile=args.jit)
     else:

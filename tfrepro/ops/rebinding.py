@@ -147,18 +147,19 @@ def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]
     """Point every target of the named ops at tfrepro's op, summing order-invariantly ("exact") or
     with TF's sums, deterministic under op determinism ("tf", for ``patch(ops="auto")``), or as the
     exact tier ("exact_tier", ``patch(ops="exact")``: ``tfrepro.ops.exact``'s ops where it has
-    them, its refusals, Keras's optimizers made FMA-proof and its layer normalisation exact, Grappler's re-association off, and the
+    them, its refusals, Keras's optimizers made FMA-proof, its normalisations and Keras 3's LSTM cell exact, Grappler's re-association off, and the
     audit of traced steps, ``coverage``); returns the undo."""
     table = TABLE
     undo_optimizers = None
     if summation == "exact_tier":
         from tfrepro.ops import exact
-        from tfrepro.ops.exact import _fixed, coverage, normalization, optimizers
+        from tfrepro.ops.exact import _fixed, coverage, normalization, optimizers, recurrent
 
         table, summation = {**TABLE, **exact.table()}, "exact"
         undo_audit = coverage.install()
         undo_optimizers = optimizers.install()
         undo_normalization = normalization.install()
+        undo_recurrent = recurrent.install()
         undo_order = _fixed.keep_graph_order()
     saved: list[tuple[Any, str, Any]] = []
     views: dict[tuple[int, str], dict[str, Any]] = {}
@@ -170,6 +171,7 @@ def rebind(names: Iterable[str], summation: str = "exact") -> Callable[[], None]
         if undo_optimizers is not None:
             undo_optimizers()
             undo_normalization()
+            undo_recurrent()
             undo_audit()
             undo_order()
 

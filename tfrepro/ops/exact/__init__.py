@@ -20,6 +20,7 @@ batch (tested with 2; docs/explanation/exact-tier.md states the limits).
 - ``optimizers``: Keras 3's Adam and SGD updates, FMA-proof.
 - ``normalization``: Keras's ``LayerNormalization`` and ``BatchNormalization``, each one exact op with
   replica-global weight gradients (a synchronized batch norm's statistics global too).
+- ``recurrent``: Keras 3's ``LSTMCell``, its carry ``f * c + i * g`` a sum of exact products.
 - ``refusals``: what is not covered raises by name.
 - ``coverage``: the audit of every traced step: what is not covered is named before it runs.
 
@@ -104,7 +105,7 @@ def table() -> dict[str, tuple[Any, tuple[str, ...]]]:
 
 
 _SUBMODULES = ("_elementary", "_fixed", "activations", "arithmetic", "convolutions", "coverage", "linalg", "losses",
-               "noise", "normalization", "optimizers", "pooling", "reductions", "refusals", "transcendental")
+               "noise", "normalization", "optimizers", "pooling", "recurrent", "reductions", "refusals", "transcendental")
 
 
 def __getattr__(name: str) -> Any:
