@@ -319,6 +319,8 @@ def _refusal(runs: Runs, capability: str, pattern: str) -> None:
     assert words in said, f"expected a refusal naming {words!r}; got exit {job['returncode']}\n{said[-3000:]}"
     if capability != "resume":  # run --checkpoint keeps the script's exit code and says it checkpointed nothing
         assert job["returncode"] != 0
+    else:  # its one-line refusal, not a traceback that happens to hold the words
+        assert "tfrepro run --checkpoint: " in said, said[-3000:]
 
 
 def _result(job: dict, pattern: str, index: int = 0) -> dict:

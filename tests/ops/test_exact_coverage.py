@@ -322,13 +322,14 @@ def test_the_tiers_mean_and_dropout_and_their_gradients_are_covered():
 
 
 NAMED = {"transformer": (), "autoencoder": (), "resnet": (),  # what the refusal names, one at least; () where covered
-         "lstm": ("standard_lstm",) if os.environ.get("TF_USE_LEGACY_KERAS") == "1" else ()}  # tf-keras traces its own step
+         "lstm": ("standard_lstm",) if os.environ.get("TF_USE_LEGACY_KERAS") == "1" else (),  # tf-keras's own step
+         "gru": ("gru",)}
 
 
 @pytest.mark.parametrize("family", NAMED)
 def test_the_common_model_families_are_covered_or_refused_by_name_before_the_first_step(keras, family):
-    """What the exact tier does not cover yet in the model families of issue #33 (tf-keras's LSTM) is
-    named before any step; the Transformer classifier, the ResNet (BatchNormalization, an overlapping
+    """What the exact tier does not cover yet in the model families of issue #33 (tf-keras's LSTM, a
+    GRU) is named before any step; the Transformer classifier, the ResNet (BatchNormalization, an overlapping
     max pool), Keras 3's LSTM and the convolutional autoencoder (transposed convolutions) are covered (as is the MLP with a softmax: ``test_exact_training.py`` trains them across the axes;
     docs/explanation/exact-tier.md)."""
     layers = keras.layers
@@ -347,9 +348,9 @@ def test_the_common_model_families_are_covered_or_refused_by_name_before_the_fir
             x = layers.MaxPooling2D(3, strides=2, padding="same")(layers.Add()([x, layers.Conv2D(4, 1)(tokens)]))
             outputs = layers.Dense(2)(layers.GlobalAveragePooling2D()(x))
             data = (RNG.standard_normal((16, 8, 8, 3)).astype(np.float32), RNG.integers(0, 2, 16))
-        elif family == "lstm":
+        elif family in ("lstm", "gru"):
             tokens = keras.Input((5, 3))
-            outputs = layers.Dense(2)(layers.LSTM(4)(tokens))
+            outputs = layers.Dense(2)((layers.LSTM if family == "lstm" else layers.GRU)(4)(tokens))
             data = (RNG.standard_normal((16, 5, 3)).astype(np.float32), RNG.integers(0, 2, 16))
         else:
             tokens = keras.Input((8, 8, 1))

@@ -2,13 +2,18 @@
 is a sum of two products that XLA may fuse into a multiply-add (one rounding, not three), computed
 as ``sum_of_products``: each product exact in float64, their float64 sum rounded to the carry's
 dtype, its gradient four single products. The cell's matrix products, bias adds and activations are the tier's own ops
-already; the output ``h = o * tanh(c)`` is a product alone. So an LSTM trained under
-``patch(ops="exact")`` gives the same bits across threads, oneDNN and XLA (tested, fresh processes).
+already; the output ``h = o * tanh(c)`` is a product alone, passed on through ``_fixed.barrier``
+so that no compiler can fuse it into an add that reads it (XLA inlines a one-step loop). So an LSTM
+trained under ``patch(ops="exact")`` gives the same bits across threads, oneDNN and XLA (tested,
+fresh processes).
 
 Not covered, and left to Keras's own code (which the audit then names): tf-keras's LSTM (its layer
 runs its own traced step, ``standard_lstm``), a cell whose activations are not ``tanh`` and
-``sigmoid``, GRU cells, and cuDNN's kernels on a GPU. On several replicas, a weight's gradient
-inside the loop is exact per replica and summed by the strategy in float (``_fixed.Replicas`` warns).
+``sigmoid``, recurrent dropout (TF adds the four masked inputs' gradients), GRU cells, and cuDNN's
+kernels on a GPU (``LSTM(use_cudnn=False)`` runs this cell). On several replicas, a weight's
+gradient inside the loop is exact per replica and summed by the strategy in float
+(``_fixed.Replicas`` warns; the audit names the sum). Float16 and bfloat16 carries are rounded
+through float32, as the tier rounds them everywhere.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ def sum_of_products(a: tf.Tensor, b: tf.Tensor, c: tf.Tensor, d: tf.Tensor) -> t
     with tf.name_scope("ExactSumOfProducts"):
         a, b, c, d = (tf.convert_to_tensor(v) for v in (a, b, c, d))
         dtype = a.dtype
+        if dtype not in EXACT_DTYPES or any(v.dtype != dtype for v in (b, c, d)):
+            raise TypeError(f"sum_of_products takes four float16, bfloat16 or float32 tensors of one dtype; got "
+                            f"{[v.dtype.name for v in (a, b, c, d)]}")
+        if not all(v.shape.is_compatible_with(a.shape) for v in (b, c, d)):
+            raise ValueError(f"sum_of_products takes four tensors of one shape; got {[v.shape for v in (a, b, c, d)]}")
 
         @_fixed.custom_gradient
         def total(*operands):
@@ -102,6 +112,27 @@ def _split(original: Callable) -> Callable:
     return compute
 
 
+@_fixed.custom_gradient
+def _opaque(x: tf.Tensor):
+    """``x`` through ``_fixed.barrier`` (exact for a float32, float16 or bfloat16 value): whatever
+    reads it cannot fuse the product that made ``x``; its gradient passes through."""
+    return tf.cast(_fixed.barrier(tf.cast(x, tf.float64)), x.dtype), lambda dy: dy
+
+
+def _call(original: Callable) -> Callable:
+    """``LSTMCell.call``, its output ``h = o * tanh(c)`` passed on opaque where the carry is the tier's."""
+    def call(self, inputs, states, training=False):
+        h, new_states = original(self, inputs, states, training=training)
+        if not _covered(self, h, new_states[1]):
+            return h, new_states
+        with _fixed.marking():
+            h = _opaque(h)
+        return h, [h, *new_states[1:]]
+
+    call.__doc__ = original.__doc__
+    return call
+
+
 def install() -> Callable[[], None]:
     """Make Keras 3's ``LSTMCell`` carry exact in every Keras 3 this process loads, now or when it is
     imported; returns the undo."""
@@ -113,7 +144,8 @@ def install() -> Callable[[], None]:
         if not active[0] or not _targets.expected(_targets.target(key)) or _targets.find(module, key) is None:
             return
         cls = module.LSTMCell
-        for name, make in (("_compute_carry_and_output_fused", _fused), ("_compute_carry_and_output", _split)):
+        for name, make in (("_compute_carry_and_output_fused", _fused), ("_compute_carry_and_output", _split),
+                           ("call", _call)):
             original = cls.__dict__.get(name)
             if original is not None:
                 saved.append((cls, name, original))
