@@ -6,7 +6,7 @@
   process fewer), with XLA off and on (without the activations: XLA compiles each alone in
   ``test_exact_elementwise.py``), and, without Dropout and with a LayerNormalization (and on Keras
   3 a MultiHeadAttention), on one device and on two MirroredStrategy replicas with the same global
-  batch;
+  batch (threads and oneDNN flipped too);
 - keras-io's Transformer text classifier ends on the same weights across threads, oneDNN and XLA
   (all three changed in one run: each changes no bit); on two replicas its Embedding's sparse
   gradient is named before the first step, as is an unsynchronized BatchNormalization in the CNN;
@@ -22,7 +22,8 @@
 - every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads.
 
 On Keras 2 (tf-keras) the activations, the negative controls and the elementwise check are left to
-Keras 3 (TF's ops and kernels, the same under either Keras), and, without XLA, the autoencoder's and
+Keras 3 (TF's ops and kernels, the same under either Keras), as is the CNN with Dropout (Keras 2's is
+the zoo's ``cnn_dropout``, in its exact column), and, without XLA, the CNN's, the autoencoder's and
 the ResNet's two runs flip threads, oneDNN and the replica count. Each run is audited (``tfrepro.ops.exact.coverage``) and fails if the audit names an op.
 """
 
@@ -57,15 +58,16 @@ AUTOENCODER = ["--model", "autoencoder"]
 RESNET = ["--model", "resnet", "--sync-bn"]
 JIT = [] if KERAS2 else ["--jit"]
 ATTENTION = [] if KERAS2 else ["--attention"]
-# Keras 2's runs: the activations (TF's ops under either Keras) are Keras 3's. The autoencoder and the
-# ResNet run twice, on one device and on two replicas, every other axis flipped between the two (threads,
-# oneDNN and, on Keras 3, XLA: each changes no bit, so together they change none)
-ACTIVATIONS = ["--no-activations"] if KERAS2 else []
-ONE_DEVICE = ["--threads", "2", "--onednn", "on"] if KERAS2 else ["--threads", "1", "--onednn", "off", *JIT]
+# The CNN without Dropout, the autoencoder and the ResNet run twice, on one device and on two replicas,
+# every other axis flipped between the two (threads, oneDNN and, on Keras 3 but for the CNN, XLA: each
+# changes no bit, so together they change none)
+ONE_DEVICE_NO_JIT = ["--threads", "2", "--onednn", "on"] if KERAS2 else ["--threads", "1", "--onednn", "off"]
+ONE_DEVICE = [*ONE_DEVICE_NO_JIT, *JIT]
 TWO_REPLICAS = ["--threads", "1", "--onednn", "off"] if KERAS2 else ["--threads", "2", "--onednn", "on"]
 RUNS = {
-    "base": ["--threads", "2", "--onednn", "on", *ACTIVATIONS],
-    "threads1_onednn_off": ["--threads", "1", "--onednn", "off", *ACTIVATIONS],
+    # Keras 2's CNN with Dropout: the zoo's exact column (its cnn_dropout, at 1 and 2 threads with oneDNN off)
+    **({} if KERAS2 else {"base": ["--threads", "2", "--onednn", "on"],
+                          "threads1_onednn_off": ["--threads", "1", "--onednn", "off"]}),
     **({} if KERAS2 or not CNN_XLA else {"xla": ["--threads", "2", "--onednn", "on", "--jit", "--no-activations"],
                                          "xla_base": ["--threads", "2", "--onednn", "on", "--no-activations"]}),
     # the negative controls run TF's own kernels, the same under either Keras: Keras 3's alone
@@ -74,8 +76,9 @@ RUNS = {
     # a LayerNormalization, and on Keras 3 a MultiHeadAttention (its biases' gradients are the tier's add's;
     # tf-keras adds them with `+=`, which the audit names on replicas); the activations, elementwise, cannot
     # tell replicas apart (their float64 work is half of a CNN run's time): the base runs have them
-    "no_dropout": ["--no-dropout", "--layer-norm", *ATTENTION, "--no-activations"],
-    "no_dropout_mirrored": ["--no-dropout", "--layer-norm", *ATTENTION, "--no-activations", "--replicas", "2"],
+    "no_dropout": ["--no-dropout", "--layer-norm", *ATTENTION, "--no-activations", *ONE_DEVICE_NO_JIT],
+    "no_dropout_mirrored": ["--no-dropout", "--layer-norm", *ATTENTION, "--no-activations", *TWO_REPLICAS,
+                            "--replicas", "2"],
     "batch_norm_mirrored": ["--no-dropout", "--replicas", "2", "--batch-norm", "--no-activations", "--steps", "1"],
     # keras-io's Transformer classifier (issue #33): threads, oneDNN and XLA; its Embedding's sparse
     # gradient is refused by name on two replicas
@@ -117,7 +120,7 @@ _VARIANTS = {"threads1_onednn_off": "base", "xla": "xla_base", "transformer_axes
 
 
 @pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.skipif(
-    v not in RUNS, reason="XLA's runs are Keras 3's, as is the LSTM; the CNN's XLA run by TFREPRO_CNN_XLA=1 (RUNS)"))
+    v not in RUNS, reason="XLA's runs are Keras 3's, as are the LSTM and the CNN with Dropout; the CNN's XLA run by TFREPRO_CNN_XLA=1 (RUNS)"))
     for v in _VARIANTS])
 def test_the_exact_tier_gives_the_same_weights(trained, variant):
     base = trained[_VARIANTS[variant]]

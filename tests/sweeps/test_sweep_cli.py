@@ -39,25 +39,25 @@ def runs(folder):
 
 
 @pytest.mark.slow
-def test_five_seeds_print_the_table_and_the_interval_and_shards_merge_to_the_same(tmp_path, script):
-    whole = sweep(tmp_path, script, "--seeds", "0-4", "--jobs", "2", "--out", str(tmp_path / "whole"))
+def test_three_seeds_print_the_table_and_the_interval_and_shards_merge_to_the_same(tmp_path, script):
+    whole = sweep(tmp_path, script, "--seeds", "0-2", "--jobs", "2", "--out", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr
     lines = whole.stdout.splitlines()
-    assert [line.split()[0] for line in lines[1:6]] == ["0", "1", "2", "3", "4"]
-    assert "n=5 mean=" in whole.stdout and "95% CI of the mean [" in whole.stdout
+    assert [line.split()[0] for line in lines[1:4]] == ["0", "1", "2"]
+    assert "n=3 mean=" in whole.stdout and "95% CI of the mean [" in whole.stdout
     assert "metric: reported by the script" in whole.stdout
     values = [run["value"] for run in runs(tmp_path / "whole")]
-    assert len(set(values)) == 5  # the seeds differ ...
+    assert len(set(values)) == 3  # the seeds differ ...
     import random
-    assert values[3] == random.Random(3).random()  # ... and each is the seeded value, exactly
+    assert values[2] == random.Random(2).random()  # ... and each is the seeded value, exactly
     for shard in ("0/2", "1/2"):
-        done = sweep(tmp_path, script, "--seeds", "0-4", "--shard", shard, "--out", str(tmp_path / shard[0]))
+        done = sweep(tmp_path, script, "--seeds", "0-2", "--shard", shard, "--out", str(tmp_path / shard[0]))
         assert done.returncode == 0, done.stderr
-    assert [run["seed"] for run in runs(tmp_path / "0")] == [0, 2, 4]
+    assert [run["seed"] for run in runs(tmp_path / "0")] == [0, 2]
     merged = run_tfrepro("sweep", "merge", str(tmp_path / "0"), str(tmp_path / "1"), "--out", str(tmp_path / "merged"))
     assert merged.returncode == 0, merged.stderr
     assert runs(tmp_path / "merged") == runs(tmp_path / "whole")
-    summary = [line for line in whole.stdout.splitlines() if line.startswith("n=5")]
+    summary = [line for line in whole.stdout.splitlines() if line.startswith("n=3")]
     assert summary and summary[0] in merged.stdout
     assert (tmp_path / "merged" / "sweep.csv").read_text() == (tmp_path / "whole" / "sweep.csv").read_text()
 
@@ -65,19 +65,19 @@ def test_five_seeds_print_the_table_and_the_interval_and_shards_merge_to_the_sam
 @pytest.mark.slow
 def test_a_rerun_with_the_same_folder_skips_finished_seeds_of_the_same_command(tmp_path, script):
     out = str(tmp_path / "out")
-    first = sweep(tmp_path, script, "--seeds", "0-2", "--out", out)
+    first = sweep(tmp_path, script, "--seeds", "0-1", "--out", out)
     assert first.returncode == 0 and "skipped" not in first.stdout
-    rerun = sweep(tmp_path, script, "--seeds", "0-3,5", "--out", out)
+    rerun = sweep(tmp_path, script, "--seeds", "0-1,3", "--out", out)
     assert rerun.returncode == 0
-    assert (tmp_path / "runs.txt").read_text().count("ran") == 5  # 3, then only seeds 3 and 5
+    assert (tmp_path / "runs.txt").read_text().count("ran") == 3  # 2, then only seed 3
     said = [line for line in rerun.stdout.splitlines() if "skipped" in line]
-    assert said == [f"skipped seeds 0-2: finished earlier in {out} with the same command and options"], rerun.stdout
-    assert [run["seed"] for run in runs(out)] == [0, 1, 2, 3, 5]
+    assert said == [f"skipped seeds 0-1: finished earlier in {out} with the same command and options"], rerun.stdout
+    assert [run["seed"] for run in runs(out)] == [0, 1, 3]
     other = tmp_path / "nan.py"  # another command: every seed runs again, and a NaN fails its seed
     other.write_text("import tfrepro\ntfrepro.report_metric('score', float('nan'))\n")
-    rerun = run_tfrepro("sweep", "--metric", "score", "--seeds", "0-1", "--out", out, "--", sys.executable, str(other))
+    rerun = run_tfrepro("sweep", "--metric", "score", "--seeds", "0", "--out", out, "--", sys.executable, str(other))
     assert rerun.returncode == 2 and "score is nan" in rerun.stdout
-    assert [run["status"] for run in runs(out)] == ["failed", "failed"]  # and sweep.json stays valid JSON
+    assert [run["status"] for run in runs(out)] == ["failed"]  # and sweep.json stays valid JSON
 
 
 def test_skipped_seeds_are_written_as_the_seeds_option_reads_them():
@@ -87,8 +87,6 @@ def test_skipped_seeds_are_written_as_the_seeds_option_reads_them():
 
 @pytest.mark.slow
 def test_a_failing_seed_and_bad_input_exit_2_in_one_line(tmp_path, script):
-    missing = sweep(tmp_path, script, "--seeds", "0-1", "--out", str(tmp_path / "m")).returncode
-    assert missing == 0
     wrong_metric = run_tfrepro("sweep", "--metric", "accuracy", "--seeds", "0", "--out", str(tmp_path / "w"), "--",
                                sys.executable, str(script), str(tmp_path / "runs.txt"))
     assert wrong_metric.returncode == 2 and "no metric 'accuracy': the script reported ['score']" in wrong_metric.stdout

@@ -18,10 +18,16 @@ series cancels; the barriers round each step to 48 bits), far below a float32 re
 (tested through the ops, within an ulp of float64 references). Results are rounded to float16 and
 bfloat16 through float32, as TF's CPU kernels round them. ``elementwise`` wraps one
 of them as a float32/16 op with its gradient, rounded once.
+
+Each function runs as one XLA kernel, with XLA on or off in the caller: its dozens of elementwise
+passes fuse into one (a Keras 3 LSTM's steady epoch 13.8x ``"auto"``'s before, 8.8x after, with the
+gradients' reuse of the forward pass's ``exp``), and tracing a step is about half as long; compiling
+changes no bit, since it is what XLA on does (tested).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -45,6 +51,23 @@ _SERIES_EDGE = 2.0
 argument = _fixed.barrier  # for an argument that is an inexact product (module doc)
 
 
+def _kernel(function: Callable) -> Callable:
+    """``function`` (float64, elementwise) as one XLA kernel (``_fixed.compiled``): its passes fuse
+    into one, and every step is exact or correctly rounded, so compiling changes no bit (each is
+    tested with XLA on and off). The result keeps the argument's static shape."""
+    compiled = _fixed.compiled(function)
+
+    @functools.wraps(function)
+    def call(x):
+        x = tf.convert_to_tensor(x, tf.float64)
+        result = compiled(x)
+        for part in tf.nest.flatten(result):
+            part.set_shape(x.shape)
+        return result
+
+    return call
+
+
 def _horner(u: tf.Tensor, coefficients: list[float]) -> tf.Tensor:
     """``sum(c[i] * u**i)``, every product rounded before its add (no FMA)."""
     p = tf.fill(tf.shape(u), tf.constant(coefficients[-1], tf.float64))
@@ -53,6 +76,7 @@ def _horner(u: tf.Tensor, coefficients: list[float]) -> tf.Tensor:
     return p
 
 
+@_kernel
 def exp(x: tf.Tensor) -> tf.Tensor:
     """``e**x`` (module doc); 0 below -745, inf above 709.78, NaN for NaN."""
     x = tf.clip_by_value(x, -746.0, 710.0)
@@ -64,6 +88,7 @@ def exp(x: tf.Tensor) -> tf.Tensor:
     return p
 
 
+@_kernel
 def expm1(x: tf.Tensor) -> tf.Tensor:
     """``e**x - 1``, accurate relative to the result however small ``x`` is."""
     small = tf.abs(x) < 0.35
@@ -71,6 +96,7 @@ def expm1(x: tf.Tensor) -> tf.Tensor:
     return tf.where(small, series, exp(x) - 1.0)
 
 
+@_kernel
 def log(x: tf.Tensor) -> tf.Tensor:
     """``ln(x)`` for positive, finite, normal ``x`` (module doc)."""
     bits = tf.bitcast(x, tf.int64)
@@ -83,6 +109,7 @@ def log(x: tf.Tensor) -> tf.Tensor:
     return (k * _LN2_HI + _fixed.mul(k, _LN2_LO)) + _atanh_series(t, 2.0)
 
 
+@_kernel
 def log1p(x: tf.Tensor) -> tf.Tensor:
     """``ln(1 + x)`` for finite ``x > -1``, accurate relative to the result however small ``x`` is
     (``log(1 + x)`` loses ``x``'s low bits in ``1 + x``)."""
@@ -106,6 +133,7 @@ def any_log(x: tf.Tensor, log_of: Callable[[tf.Tensor], tf.Tensor], low: float) 
     return tf.where(inside, value, edge)
 
 
+@_kernel
 def tanh_parts(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """``tanh(x)`` and ``1 - |tanh(x)|`` (its complement, for the gradient ``1 - tanh**2``),
     each accurate relative to itself for any ``x``."""
@@ -117,11 +145,21 @@ def tanh_parts(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.where(negative, -magnitude, magnitude), (2.0 * e) / (1.0 + e)
 
 
+@_kernel
+def sigmoid_parts(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``sigmoid(x) = 1 / (1 + e**-x)`` and ``sigmoid(-x) = e**-x * sigmoid(x)`` (1 where ``e**-x``
+    overflows) from one ``exp``, each accurate relative to itself in both tails."""
+    e = exp(-x)
+    s = 1.0 / (1.0 + e)
+    return s, tf.where(tf.math.is_inf(e), tf.ones_like(e), _fixed.mul(e, s))
+
+
 def sigmoid(x: tf.Tensor) -> tf.Tensor:
     """``1 / (1 + e**-x)``, accurate relative to the result in both tails."""
-    return 1.0 / (1.0 + exp(-x))
+    return sigmoid_parts(x)[0]
 
 
+@_kernel
 def erfc(z: tf.Tensor) -> tf.Tensor:
     """``1 - erf(z)`` for ``z >= 0``, accurate relative to the result (module doc)."""
     near = z < _SERIES_EDGE
@@ -135,12 +173,14 @@ def erfc(z: tf.Tensor) -> tf.Tensor:
     return tf.where(near, series, tail)
 
 
+@_kernel
 def normal_cdf(x: tf.Tensor) -> tf.Tensor:
     """``P(N(0, 1) <= x)``, accurate relative to the result in both tails."""
     lower = 0.5 * erfc(argument(tf.abs(x) * (1.0 / math.sqrt(2))))
     return tf.where(x < 0, lower, 1.0 - lower)
 
 
+@_kernel
 def normal_pdf(x: tf.Tensor) -> tf.Tensor:
     """The standard normal density."""
     return exp(-0.5 * _fixed.mul(x, x)) * (1.0 / math.sqrt(2 * math.pi))
@@ -154,8 +194,9 @@ def plain(x) -> bool:
 
 def elementwise(x, name: str, stock: Callable, forward: Callable, derivative: Callable) -> tf.Tensor:
     """An elementwise op of the exact tier: ``forward(x)`` in float64 rounded once to ``x``'s dtype;
-    its gradient ``dy * derivative(x, y)`` in float64, rounded once (``x``, ``y`` float64; second-
-    order gradients refused by name). Dtypes outside ``EXACT_DTYPES`` (float64, complex) run
+    its gradient ``dy * derivative(x, y, *saved)`` in float64, rounded once (``x``, ``y`` float64;
+    ``saved``: what ``forward`` returned after ``y``, if it returned a tuple, so that the gradient
+    reuses the forward pass's work; second-order gradients refused by name). Dtypes outside ``EXACT_DTYPES`` (float64, complex) run
     ``stock``, TF's op, outside the tier's scope, so that its audit checks them."""
     if not plain(x):  # a ragged or Keras symbolic tensor: TF's op, which dispatches it
         with _fixed.unmarked():
@@ -170,10 +211,10 @@ def elementwise(x, name: str, stock: Callable, forward: Callable, derivative: Ca
         @_fixed.custom_gradient
         def op(v):
             v64 = tf.cast(v, tf.float64)
-            y64 = forward(v64)
+            y64, *saved = tf.nest.flatten(forward(v64))
 
             def gradient(dy):  # the barrier: XLA cannot re-associate a constant factor of the derivative
-                dx = _fixed.mul(tf.cast(dy, tf.float64), _fixed.barrier(derivative(v64, y64)))
+                dx = _fixed.mul(tf.cast(dy, tf.float64), _fixed.barrier(derivative(v64, y64, *saved)))
                 return _fixed.first_order_only(_fixed.narrow(dx, dtype), name)
 
             return _fixed.narrow(y64, dtype), gradient

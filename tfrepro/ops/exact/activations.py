@@ -77,22 +77,17 @@ def log_softmax(logits, axis=None, name=None):
 def tanh(x, name=None):
     """``tf.math.tanh`` with bits that XLA, oneDNN and threads cannot change (module doc); its
     gradient ``dy * (1 - tanh**2)`` from the complement ``1 - |tanh|``, accurate in the tails."""
-    def derivative(x, y):
-        _, complement = _elementary.tanh_parts(x)
+    def derivative(x, y, complement):
         return _fixed.mul(complement, 2.0 - complement)
 
-    return elementwise(x, name or "ExactTanh", _stock.tanh, lambda x: _elementary.tanh_parts(x)[0], derivative)
-
-
-def _sigmoid_derivative(x: tf.Tensor) -> tf.Tensor:
-    return _fixed.mul(_elementary.sigmoid(x), _elementary.sigmoid(-x))
+    return elementwise(x, name or "ExactTanh", _stock.tanh, _elementary.tanh_parts, derivative)
 
 
 def sigmoid(x, name=None):
     """``tf.math.sigmoid`` with bits that XLA, oneDNN and threads cannot change (module doc); its
     gradient ``dy * sigmoid(x) * sigmoid(-x)``."""
-    return elementwise(x, name or "ExactSigmoid", _stock.sigmoid, _elementary.sigmoid,
-                       lambda x, y: _sigmoid_derivative(x))
+    return elementwise(x, name or "ExactSigmoid", _stock.sigmoid, _elementary.sigmoid_parts,
+                       lambda x, y, complement: _fixed.mul(y, complement))
 
 
 def silu(features, beta=1.0, name=None):
