@@ -81,6 +81,8 @@ _BREAKS = {
                        "fused batch norm (or the moments' float sums) and refuses the model",
     "lstm_cell": "LSTMCell's carry runs Keras's own arithmetic under the exact tier: its audit names the "
                  "multiply-add and refuses the model",
+    "gru_cell": "GRUCell's step runs Keras's own arithmetic under the exact tier: its audit names the "
+                "multiply-adds and refuses the model",
     "model_supports_jit": 'compile(jit_compile="auto") may choose XLA under op determinism',
     "trainer_build": "MultiWorkerMirroredStrategy training is not repaired: workers can diverge",
     "trainer_reduce": "MultiWorkerMirroredStrategy metrics are not averaged across workers",
@@ -117,7 +119,8 @@ INVENTORY: tuple[Target, ...] = (
         "sgd": (_K3 + "optimizers.sgd", "SGD.update_step"),
         "layer_norm": (_K3 + "layers.normalization.layer_normalization", "LayerNormalization.call"),
         "batch_norm_call": (_K3 + "layers.normalization.batch_normalization", "BatchNormalization.call"),
-        "lstm_cell": (_K3 + "layers.rnn.lstm", "LSTMCell._compute_carry_and_output_fused")}),
+        "lstm_cell": (_K3 + "layers.rnn.lstm", "LSTMCell._compute_carry_and_output_fused"),
+        "gru_cell": (_K3 + "layers.rnn.gru", "GRUCell.call")}),
     *_family("keras3", "keras", ((3, 3), (3, 16)), {
         "trainer_build": (_TRAINER, "TensorFlowTrainer._maybe_symbolic_build")}),
     *_family("keras3.16", "keras", ((3, 16), None), {"trainer_build": (_TRAINER, "Trainer._maybe_symbolic_build")}),

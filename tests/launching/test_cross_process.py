@@ -1,5 +1,5 @@
-"""Cross-process reproducibility: fresh interpreters must agree bit for bit, and the negative
-controls show the nondeterminism that tfrepro removes."""
+"""Cross-process reproducibility: fresh interpreters must agree bit for bit, and a negative
+control (the unmodified script run without tfrepro) shows the nondeterminism that tfrepro removes."""
 
 import sys
 

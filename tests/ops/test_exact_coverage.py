@@ -185,12 +185,24 @@ FMA_ESCAPES = {  # a multiply that reaches an add past something XLA looks throu
     "through a tile": lambda x: tf.tile(x * 3.0, [2, 1]) + 1.0,
     "through a concatenation": lambda x: tf.concat([x, x * 3.0], 0) + 1.0,
     "through a select": lambda x: tf.where(x > 0, x * 3.0, x) + 1.0,
+    # XLA inlines a loop it unrolls (a one-step RNN) and a condition whose predicate it knows
+    "out of a loop": lambda x: tf.while_loop(lambda i, v: i < 1, lambda i, v: (i + 1, v * 3.0), [0, x])[1] + 1.0,
+    "out of a condition": lambda x: tf.cond(x[0, 0] > 0.0, lambda: x * 3.0, lambda: x) + 1.0,
+}
+LOOPS_WITHOUT_A_PRODUCT = {  # the loop's results and its initial values followed, nothing made up
+    "a loop that adds": lambda x: tf.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, v + x), [0, x])[1] + 1.0,
+    "a condition that adds": lambda x: tf.cond(x[0, 0] > 0.0, lambda: x + 3.0, lambda: x) + x,
 }
 
 
 @pytest.mark.parametrize("case", FMA_ESCAPES)
 def test_a_multiply_add_is_named_whatever_lies_between_them(case):
     assert _named(FMA_ESCAPES[case], FLOATS) == {"AddV2": ("XLA",)}
+
+
+@pytest.mark.parametrize("case", LOOPS_WITHOUT_A_PRODUCT)
+def test_an_add_of_a_loops_or_conditions_sum_is_not_named(case):
+    assert _named(LOOPS_WITHOUT_A_PRODUCT[case], FLOATS) == {}
 
 
 def test_the_tiers_own_add_of_a_users_product_is_named():
@@ -321,16 +333,16 @@ def test_the_tiers_mean_and_dropout_and_their_gradients_are_covered():
         assert _named(step, FLOATS) == {}
 
 
+KERAS2 = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
 NAMED = {"transformer": (), "autoencoder": (), "resnet": (),  # what the refusal names, one at least; () where covered
-         "lstm": ("standard_lstm",) if os.environ.get("TF_USE_LEGACY_KERAS") == "1" else (),  # tf-keras's own step
-         "gru": ("gru",)}
+         "lstm": ("standard_lstm",) if KERAS2 else (), "gru": ("gru",) if KERAS2 else ()}  # tf-keras's own steps
 
 
 @pytest.mark.parametrize("family", NAMED)
 def test_the_common_model_families_are_covered_or_refused_by_name_before_the_first_step(keras, family):
-    """What the exact tier does not cover yet in the model families of issue #33 (tf-keras's LSTM, a
+    """What the exact tier does not cover yet in the model families of issue #33 (tf-keras's LSTM and
     GRU) is named before any step; the Transformer classifier, the ResNet (BatchNormalization, an overlapping
-    max pool), Keras 3's LSTM and the convolutional autoencoder (transposed convolutions) are covered (as is the MLP with a softmax: ``test_exact_training.py`` trains them across the axes;
+    max pool), Keras 3's LSTM and GRU and the convolutional autoencoder (transposed convolutions) are covered (as is the MLP with a softmax: ``test_exact_training.py`` trains them across the axes;
     docs/explanation/exact-tier.md)."""
     layers = keras.layers
     built = []

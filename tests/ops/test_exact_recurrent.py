@@ -65,3 +65,70 @@ def test_the_carry_takes_one_dtype_and_shape():
         recurrent.sum_of_products(a, a, a, tf.ones([2, 3], tf.float64))
     with pytest.raises(ValueError, match="one shape"):
         recurrent.sum_of_products(a, a, a, tf.ones([3]))
+    with pytest.raises(TypeError, match="one dtype"):
+        recurrent.product(a, tf.ones([2, 3], tf.float64))
+
+
+def _product(a, b, dy):
+    with tf.GradientTape() as tape:
+        tape.watch([a, b])
+        y = recurrent.product(a, b)
+    return (y, *tape.gradient(y, [a, b], output_gradients=dy))
+
+
+def test_a_product_is_tfs_the_same_under_xla_and_its_gradient_is_tfs_products():
+    a, b, dy = (tf.constant(RNG.standard_normal((16, 32)).astype(np.float32) * 10 ** RNG.uniform(-3, 3))
+                for _ in range(3))
+    plain = _product(a, b, dy)
+    compiled = tf.function(_product, jit_compile=True, autograph=False)(a, b, dy)
+    assert all(bits(x) == bits(y) for x, y in zip(plain, compiled))
+    assert bits(plain[0]) == bits(a * b)
+    assert bits(plain[1]) == bits(dy * b) and bits(plain[2]) == bits(dy * a)
+
+
+@pytest.mark.parametrize("reset_after", [True, False])
+def test_keras3_gru_step_is_kerass_own_with_xla_off_and_the_same_compiled(keras, reset_after):
+    """The tier's GRU step computes Keras's own step's values (its products are TF's, made opaque to
+    XLA), forward and backward, bit for bit; compiled by XLA it gives the same bits."""
+    if not keras.__version__.startswith("3"):
+        pytest.skip("tf-keras's GRU runs its own traced step (standard_gru), which the audit names")
+    x, h = (tf.constant(RNG.standard_normal(shape).astype(np.float32)) for shape in ((16, 5), (16, 8)))
+    with tfrepro.patched(0, ops="exact"):
+        cell = keras.layers.GRUCell(8, reset_after=reset_after)
+        cell.build((16, 5))
+        hooked = type(cell).call
+        assert hooked.__wrapped__ is not hooked
+
+        def step(call, x, h):
+            with tf.GradientTape() as tape:
+                tape.watch([x, h])
+                out, _ = call(cell, x, [h])
+            return (out, *tape.gradient(out, [x, h, *cell.trainable_weights]))
+
+        ours = step(hooked, x, h)
+        kerass = step(hooked.__wrapped__, x, h)
+        compiled = tf.function(lambda x, h: step(hooked, x, h), jit_compile=True, autograph=False)(x, h)
+    assert len(ours) == 6 and all(bits(a) == bits(b) for a, b in zip(ours, kerass))  # h; x, h, 3 weights
+    assert all(bits(a) == bits(b) for a, b in zip(ours, compiled))
+
+
+def test_keras_gru_trains_with_a_clean_audit_or_is_named_by_its_traced_step(keras):
+    x = RNG.standard_normal((40, 6, 5)).astype(np.float32)
+    keras2 = not keras.__version__.startswith("3")
+    with tfrepro.patched(0, ops="exact"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if keras2:
+            with pytest.raises(RuntimeError, match=r"(?s)tfrepro exact tier.+gru"):
+                keras.Sequential([keras.Input((6, 5)), keras.layers.GRU(4)])
+            return
+        for options in ({"reset_after": False}, {"dropout": 0.2}):
+            model = keras.Sequential([keras.Input((6, 5)), keras.layers.GRU(4, **options), keras.layers.Dense(2)])
+            model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            model.fit(x, RNG.integers(0, 2, 40), batch_size=16, epochs=1, verbose=0)
+            assert "every op covered" in str(tfrepro.status())
+        # recurrent dropout runs Keras's own step (implementation 1): named before the first step
+        model = keras.Sequential([keras.Input((6, 5)), keras.layers.GRU(4, recurrent_dropout=0.2),
+                                  keras.layers.Dense(2)])
+        model.compile("adam", "mse")
+        with pytest.raises(tfrepro.UncoveredOpError, match="gru"):
+            model.fit(x, RNG.standard_normal((40, 2)).astype(np.float32), batch_size=16, epochs=1, verbose=0)

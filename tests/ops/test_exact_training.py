@@ -16,7 +16,8 @@
 - a small ResNet (BatchNormalization, a 3x3/2 max pool, a residual Add, global average pooling)
   likewise, moving statistics included, its BatchNormalization ``synchronized=True``; an
   unsynchronized BatchNormalization on two replicas is named;
-- Keras 3's LSTM ends on the same weights across threads, oneDNN and XLA (all three at once);
+- Keras 3's LSTM and GRU (stacked, the GRU with input dropout) end on the same weights across threads,
+  oneDNN and XLA (all three at once);
 - under ``ops="auto"`` the thread count and oneDNN (the CNN's) change the weights: the negative
   control;
 - every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads.
@@ -65,7 +66,7 @@ ONE_DEVICE_NO_JIT = ["--threads", "2", "--onednn", "on"] if KERAS2 else ["--thre
 ONE_DEVICE = [*ONE_DEVICE_NO_JIT, *JIT]
 TWO_REPLICAS = ["--threads", "1", "--onednn", "off"] if KERAS2 else ["--threads", "2", "--onednn", "on"]
 RUNS = {
-    # Keras 2's CNN with Dropout: the zoo's exact column (its cnn_dropout, at 1 and 2 threads with oneDNN off)
+    # Keras 2's CNN with Dropout: the zoo's exact column (its cnn_dropout: 1 thread, and 2 threads with oneDNN off)
     **({} if KERAS2 else {"base": ["--threads", "2", "--onednn", "on"],
                           "threads1_onednn_off": ["--threads", "1", "--onednn", "off"]}),
     **({} if KERAS2 or not CNN_XLA else {"xla": ["--threads", "2", "--onednn", "on", "--jit", "--no-activations"],

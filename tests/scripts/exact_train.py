@@ -12,7 +12,7 @@ concatenated, a sigmoid output, mean squared error).
 --model resnet: a small ResNet of the digits (a strided Conv2D stem, BatchNormalization, a 3x3/2
 overlapping max pool, a residual block of two Conv2D and BatchNormalization joined by an Add,
 global average pooling); its BatchNormalization synchronized across replicas (--sync-bn).
---model lstm: an LSTM reading each digit's 28 rows as a sequence.
+--model lstm: an LSTM reading each digit's 28 rows as a sequence, a GRU (with input dropout) reading its outputs.
 
 usage: exact_train.py [--model cnn|transformer|autoencoder|resnet|lstm] [--ops exact|auto] [--threads N] [--onednn on|off]
                       [--jit] [--no-dropout] [--replicas 1|2] [--steps N] [--layer-norm]
@@ -141,8 +141,8 @@ def resnet():
 
 
 def lstm():
-    return tf.keras.Sequential([tf.keras.Input((28, 28)), tf.keras.layers.LSTM(16),
-                                tf.keras.layers.Dense(10, activation="softmax")])
+    return tf.keras.Sequential([tf.keras.Input((28, 28)), tf.keras.layers.LSTM(16, return_sequences=True),
+                                tf.keras.layers.GRU(8, dropout=0.1), tf.keras.layers.Dense(10, activation="softmax")])
 
 
 def as_tokens(images):

@@ -20,7 +20,8 @@ batch (tested with 2; docs/explanation/exact-tier.md states the limits).
 - ``optimizers``: Keras 3's Adam and SGD updates, FMA-proof.
 - ``normalization``: Keras's ``LayerNormalization`` and ``BatchNormalization``, each one exact op with
   replica-global weight gradients (a synchronized batch norm's statistics global too).
-- ``recurrent``: Keras 3's ``LSTMCell``, its carry ``f * c + i * g`` a sum of exact products.
+- ``recurrent``: Keras 3's ``LSTMCell``, its carry ``f * c + i * g`` a sum of exact products, and
+  ``GRUCell``, its products that an add reads passed on through the barrier.
 - ``refusals``: what is not covered raises by name.
 - ``coverage``: the audit of every traced step: what is not covered is named before it runs.
 

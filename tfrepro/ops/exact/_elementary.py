@@ -147,11 +147,12 @@ def tanh_parts(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
 @_kernel
 def sigmoid_parts(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """``sigmoid(x) = 1 / (1 + e**-x)`` and ``sigmoid(-x) = e**-x * sigmoid(x)`` (1 where ``e**-x``
-    overflows) from one ``exp``, each accurate relative to itself in both tails."""
+    """``sigmoid(x) = 1 / (1 + e**-x)`` and ``sigmoid(-x) = e**-x * sigmoid(x)`` from one ``exp``,
+    each accurate relative to itself in both tails (``sigmoid(-x)`` is 1 where ``e**-x`` overflows
+    or ``sigmoid(x)`` is below the normal range, which TF's CPU flushes to zero)."""
     e = exp(-x)
     s = 1.0 / (1.0 + e)
-    return s, tf.where(tf.math.is_inf(e), tf.ones_like(e), _fixed.mul(e, s))
+    return s, tf.where(tf.math.is_inf(e) | (s < 2.0**-1022), tf.ones_like(e), _fixed.mul(e, s))
 
 
 def sigmoid(x: tf.Tensor) -> tf.Tensor:

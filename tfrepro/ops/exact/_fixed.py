@@ -41,6 +41,7 @@ with and without XLA.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 
 import tensorflow as tf
@@ -297,13 +298,20 @@ _COMPILED: dict = {}
 def compiled(function):
     """``function`` as an XLA-compiled ``tf.function`` (one trace per rank and dtype; XLA compiles per
     shape). For kernels whose every step is exact or correctly rounded elementwise, so that
-    compiling fuses their passes without changing a bit."""
+    compiling fuses their passes without changing a bit. Every kernel runs inside one of the
+    tier's custom gradients (or computes one), so TF's own gradient of it never runs (the audit
+    leaves out the backward function TF traces for it eagerly under a tape, ``BACKWARD_OF_KERNEL``).
+    Its arguments keep their place on the tape: a second-order gradient reaches the tier's refusal."""
     def kernel(*args):
         with tf.name_scope(MARK):  # the audit trusts the kernel's ops by this scope, not by the function's name
             return function(*args)
 
-    kernel.__name__ = f"tfrepro_exact_{function.__name__.strip('<>_')}"
-    return tf.function(kernel, jit_compile=True, autograph=False, reduce_retracing=True)
+    kernel.__name__ = f"{KERNEL_PREFIX}{function.__name__.strip('<>_')}"
+    return functools.wraps(function)(tf.function(kernel, jit_compile=True, autograph=False, reduce_retracing=True))
+
+
+KERNEL_PREFIX = "tfrepro_exact_"
+BACKWARD_OF_KERNEL = "__backward_" + KERNEL_PREFIX  # TF's name for the backward function of a kernel
 
 
 def _compiled(kernel, plan: tuple[str, int | None], dtype: tf.DType):

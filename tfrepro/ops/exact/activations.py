@@ -100,13 +100,12 @@ def silu(features, beta=1.0, name=None):
             return _stock.silu(features, beta=beta)  # TF's swish takes no name
     b = float(value)
 
-    def forward(x):
-        return _fixed.mul(x, _elementary.sigmoid(_elementary.argument(b * x)))
+    def forward(x):  # and sigmoid(b x), sigmoid(-b x) for the gradient
+        s, complement = _elementary.sigmoid_parts(_elementary.argument(b * x))
+        return _fixed.mul(x, s), s, complement
 
-    def derivative(x, y):  # s + b x s (1 - s), with 1 - s = sigmoid(-b x)
-        bx = _elementary.argument(b * x)
-        s = _elementary.sigmoid(bx)
-        return s + _fixed.mul(_fixed.mul(bx, s), _elementary.sigmoid(-bx))
+    def derivative(x, y, s, complement):  # s + b x s (1 - s), with 1 - s = sigmoid(-b x)
+        return s + _fixed.mul(_fixed.mul(_elementary.argument(b * x), s), complement)
 
     return elementwise(features, name or "ExactSilu", lambda x: _stock.silu(x, beta=beta), forward, derivative)
 
@@ -126,13 +125,12 @@ def gelu(features, approximate=False, name=None):
         return two_u, (2 * _GELU_C) * (1.0 + _fixed.mul(3 * _GELU_CUBIC, square))
 
     if approximate:
-        def forward(x):
-            return _fixed.mul(x, _elementary.sigmoid(inner(x)[0]))
+        def forward(x):  # and sigmoid(2 u), sigmoid(-2 u) for the gradient
+            s, complement = _elementary.sigmoid_parts(inner(x)[0])
+            return _fixed.mul(x, s), s, complement
 
-        def derivative(x, y):  # s + x s (1 - s) (2 u)'
-            two_u, slope = inner(x)
-            s = _elementary.sigmoid(two_u)
-            return s + _fixed.mul(_fixed.mul(x, slope), _fixed.mul(s, _elementary.sigmoid(-two_u)))
+        def derivative(x, y, s, complement):  # s + x s (1 - s) (2 u)'
+            return s + _fixed.mul(_fixed.mul(x, inner(x)[1]), _fixed.mul(s, complement))
     else:
         def forward(x):
             return _fixed.mul(x, _elementary.normal_cdf(x))

@@ -93,6 +93,7 @@ _MOVES = frozenset("""Transpose Slice StridedSlice Tile GatherV2 Gather GatherNd
     ResizeNearestNeighbor TensorListGetItem TensorListStack TensorListFromTensor TensorListSetItem""".split())
 _CALLS = {"PartitionedCall": 0, "StatefulPartitionedCall": 0, "If": 1, "StatelessIf": 1, "Case": 1,
           "StatelessCase": 1, "While": 0, "StatelessWhile": 0}  # op -> the input that is the callee's first argument
+_BRANCHES = frozenset("If StatelessIf Case StatelessCase While StatelessWhile".split())  # outputs from callees' results
 _STATIC = frozenset("Const Shape ShapeN Size Rank".split())  # values XLA knows when it compiles
 _DATA = frozenset("Placeholder IteratorGetNext IteratorGetNextSync OptionalGetValue Const ReadVariableOp".split())
 _CROSS_REPLICA = frozenset("CollectiveReduce CollectiveReduceV2 NcclAllReduce".split())
@@ -258,6 +259,11 @@ class _Function:
     def source(self, edge: str, through: frozenset[str] = _VIEWS) -> tuple[_Function, Any] | None:
         """The node that computes the value on ``edge``, looking through the ops in ``through``,
         ``IdentityN``, function calls and arguments; None for an argument of the outermost function."""
+        found = self.source_edge(edge, through)
+        return None if found is None else (found[0], found[0].nodes[_producer(found[1])])
+
+    def source_edge(self, edge: str, through: frozenset[str] = _VIEWS) -> tuple[_Function, str] | None:
+        """``source``, as the function and the edge of the node's output that carries the value."""
         function = self
         for _ in range(10_000):
             name = _producer(edge)
@@ -279,8 +285,21 @@ class _Function:
                 function = function.callees(node)[0]
                 edge = function.rets[_output_index(edge)]
             else:
-                return function, node
+                return function, edge
         return None
+
+    def carried(self, edge: str) -> list[tuple[_Function, str]]:
+        """The edges whose values a condition's or a loop's output ``edge`` can be: each branch's
+        result, or the loop body's result and the loop's initial value (XLA inlines a condition
+        whose predicate it knows, and a loop it unrolls, and then fuses across them)."""
+        node = self.nodes[_producer(edge)]
+        index, loop = _output_index(edge), node.op in ("While", "StatelessWhile")
+        names = [name for name in _called(node) if name in self.library]  # as ``callees`` makes them
+        found = [(callee, callee.rets[index]) for name, callee in zip(names, self.callees(node))
+                 if index < len(callee.rets) and not (loop and name == node.attr["cond"].func.name)]
+        if loop and index < len(_data(node)):
+            found.append((self, _data(node)[index]))
+        return found
 
     def product_input(self, node: Any) -> bool:
         """Whether an input of ``node`` is a float product that is not the exact tier's (its
@@ -290,15 +309,18 @@ class _Function:
             if len(seen) > 1_000:
                 return True  # too far to follow: named, not trusted
             function, edge = stack.pop()
-            found = function.source(edge)
-            if found is None or (id(found[0]), found[1].name) in seen:
+            found = function.source_edge(edge)
+            if found is None or (id(found[0]), found[1]) in seen:
                 continue
-            seen.add((id(found[0]), found[1].name))
-            function, producer = found
+            seen.add((id(found[0]), found[1]))
+            function, edge = found
+            producer = function.nodes[_producer(edge)]
             if producer.op in _PRODUCTS and not function.marked(producer) and _floating(producer):
                 return True
             if producer.op in _MOVES:
                 stack.extend((function, edge) for edge in _data(producer))
+            elif producer.op in _BRANCHES:
+                stack.extend(function.carried(edge))
         return False
 
     def folded_constants(self, node: Any) -> bool:
@@ -592,7 +614,8 @@ class _Auditor:
                 graph = trace(*args, **kwargs)
             finally:
                 self.local.depth = depth
-            if depth == 0 and _active[0] and not getattr(self.local, "data", False):
+            if depth == 0 and _active[0] and not getattr(self.local, "data", False) and not \
+                    graph.name.startswith(_fixed.BACKWARD_OF_KERNEL):  # TF's gradient of a kernel: never run
                 self.check(graph)
             return graph
 

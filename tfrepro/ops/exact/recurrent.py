@@ -14,6 +14,14 @@ kernels on a GPU (``LSTM(use_cudnn=False)`` runs this cell). On several replicas
 gradient inside the loop is exact per replica and summed by the strategy in float
 (``_fixed.Replicas`` warns; the audit names the sum). Float16 and bfloat16 carries are rounded
 through float32, as the tier rounds them everywhere.
+
+Keras 3's ``GRUCell`` (its default ``implementation=2``, with or without ``reset_after``, input
+dropout): its step is Keras's, but for its three products that an add reads (``r * (h_tm1 @ U_h)``,
+``z * h_tm1`` and ``(1 - z) * hh``), each ``product``: TF's float32 product (exact in float64,
+rounded once) through the barrier, with the gradient TF's products rounded alike. So its values are
+those of Keras's own step with XLA off (tested bit for bit), and XLA cannot change them. Recurrent
+dropout (``implementation=1``), other activations and tf-keras's ``GRU`` (its own traced step,
+``standard_gru``) run Keras's code, which the audit names.
 """
 
 from __future__ import annotations
@@ -41,26 +49,62 @@ def sum_of_products(a: tf.Tensor, b: tf.Tensor, c: tf.Tensor, d: tf.Tensor) -> t
         ``a * b + c * d``, in their dtype.
     """
     with tf.name_scope("ExactSumOfProducts"):
-        a, b, c, d = (tf.convert_to_tensor(v) for v in (a, b, c, d))
+        a, b, c, d = _checked("sum_of_products", a, b, c, d)
         dtype = a.dtype
-        if dtype not in EXACT_DTYPES or any(v.dtype != dtype for v in (b, c, d)):
-            raise TypeError(f"sum_of_products takes four float16, bfloat16 or float32 tensors of one dtype; got "
-                            f"{[v.dtype.name for v in (a, b, c, d)]}")
-        if not all(v.shape.is_compatible_with(a.shape) for v in (b, c, d)):
-            raise ValueError(f"sum_of_products takes four tensors of one shape; got {[v.shape for v in (a, b, c, d)]}")
 
         @_fixed.custom_gradient
         def total(*operands):
             wide = [tf.cast(v, tf.float64) for v in operands]
-
-            def gradient(dy):
-                dy = tf.cast(dy, tf.float64)
-                return tuple(_fixed.first_order_only(_fixed.narrow(_fixed.mul(dy, wide[partner]), dtype), "an LSTM cell")
-                             for partner in (1, 0, 3, 2))
-
-            return _fixed.narrow(_fixed.mul(wide[0], wide[1]) + _fixed.mul(wide[2], wide[3]), dtype), gradient
+            return _fixed.narrow(_fixed.mul(wide[0], wide[1]) + _fixed.mul(wide[2], wide[3]), dtype), \
+                _partner_products(wide, (1, 0, 3, 2), dtype, "an LSTM cell")
 
         return total(a, b, c, d)
+
+
+def product(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """``a * b`` for two tensors of one shape and dtype, TF's float32 product (exact in float64,
+    rounded once to the dtype), passed on through ``_fixed.barrier`` so that no compiler can fuse it
+    into an add that reads it; its gradient ``(dy * b, dy * a)``, each rounded once, as TF's.
+    Second-order gradients are refused by name.
+
+    Args:
+        a, b: float16, bfloat16 or float32 tensors of one dtype and one static shape.
+
+    Returns:
+        ``a * b``, in their dtype.
+    """
+    with tf.name_scope("ExactProduct"):
+        a, b = _checked("product", a, b)
+
+        @_fixed.custom_gradient
+        def rounded(*operands):
+            wide = [tf.cast(v, tf.float64) for v in operands]
+            return _fixed.narrow(_fixed.mul(wide[0], wide[1]), a.dtype), _partner_products(wide, (1, 0), a.dtype,
+                                                                                            "a GRU cell")
+
+        return rounded(a, b)
+
+
+def _checked(what: str, *tensors) -> list[tf.Tensor]:
+    tensors = [tf.convert_to_tensor(v) for v in tensors]
+    dtype = tensors[0].dtype
+    if dtype not in EXACT_DTYPES or any(v.dtype != dtype for v in tensors):
+        raise TypeError(f"{what} takes {len(tensors)} float16, bfloat16 or float32 tensors of one dtype; got "
+                        f"{[v.dtype.name for v in tensors]}")
+    if not all(v.shape.is_compatible_with(tensors[0].shape) for v in tensors):
+        raise ValueError(f"{what} takes {len(tensors)} tensors of one shape; got {[v.shape for v in tensors]}")
+    return tensors
+
+
+def _partner_products(wide: list[tf.Tensor], partners: tuple[int, ...], dtype: tf.DType, what: str) -> Callable:
+    """The gradient of a sum of products of ``wide`` (float64): ``dy`` times each operand's
+    partner, exact and rounded once to ``dtype``."""
+    def gradient(dy):
+        dy = tf.cast(dy, tf.float64)
+        return tuple(_fixed.first_order_only(_fixed.narrow(_fixed.mul(dy, wide[partner]), dtype), what)
+                     for partner in partners)
+
+    return gradient
 
 
 def _covered(cell, *tensors) -> bool:
@@ -133,25 +177,88 @@ def _call(original: Callable) -> Callable:
     return call
 
 
+def _gru_covered(cell, inputs, h_tm1, training) -> bool:
+    """Whether the step can be the tier's: implementation 2 (no recurrent dropout), Keras's own
+    activations, one float dtype, rank 2."""
+    names = (getattr(cell.activation, "__name__", None), getattr(cell.recurrent_activation, "__name__", None))
+    return (cell.implementation == 2 and names == ("tanh", "sigmoid") and not (training and cell.recurrent_dropout)
+            and all(isinstance(t, tf.Tensor) and t.dtype == h_tm1.dtype and t.dtype in EXACT_DTYPES
+                    and t.shape.rank == 2 for t in (inputs, h_tm1)))
+
+
+def _gru_call(original: Callable) -> Callable:
+    """``GRUCell.call``: Keras's implementation 2, its three products that an add reads ``product``s."""
+    def call(self, inputs, states, training=False):
+        from keras import ops  # Keras 3's: the module this hook is installed in is Keras 3's
+
+        nested = isinstance(states, (list, tuple))
+        h_tm1 = states[0] if nested else states
+        if not _gru_covered(self, inputs, h_tm1, training):
+            return original(self, inputs, states, training=training)
+
+        def times(a, b):
+            with _fixed.marking():
+                return product(a, b)
+
+        units, input_bias, recurrent_bias = self.units, None, None
+        if self.use_bias:
+            input_bias, recurrent_bias = (self.bias, None) if not self.reset_after else (
+                ops.squeeze(e, axis=0) for e in ops.split(self.bias, self.bias.shape[0], axis=0))
+        if training and 0.0 < self.dropout < 1.0:
+            inputs = times(inputs, self.get_dropout_mask(inputs))
+        matrix_x = ops.matmul(inputs, self.kernel)
+        if self.use_bias:
+            matrix_x = ops.add(matrix_x, input_bias)
+        x_z, x_r, x_h = ops.split(matrix_x, 3, axis=-1)
+        if self.reset_after:
+            matrix_inner = ops.matmul(h_tm1, self.recurrent_kernel)
+            if self.use_bias:
+                matrix_inner += recurrent_bias
+        else:
+            matrix_inner = ops.matmul(h_tm1, self.recurrent_kernel[:, :2 * units])
+        z = self.recurrent_activation(x_z + matrix_inner[:, :units])
+        r = self.recurrent_activation(x_r + matrix_inner[:, units:units * 2])
+        if self.reset_after:
+            recurrent_h = times(r, matrix_inner[:, units * 2:])
+        else:
+            recurrent_h = ops.matmul(times(r, h_tm1), self.recurrent_kernel[:, 2 * units:])
+        hh = self.activation(x_h + recurrent_h)
+        h = times(z, h_tm1) + times(1 - z, hh)
+        return h, [h] if nested else h
+
+    call.__doc__, call.__wrapped__ = original.__doc__, original
+    return call
+
+
+_CELLS = {  # target key -> the class and its methods to replace, each by what makes the replacement
+    "keras3:lstm_cell": ("LSTMCell", {"_compute_carry_and_output_fused": _fused, "_compute_carry_and_output": _split,
+                                      "call": _call}),
+    "keras3:gru_cell": ("GRUCell", {"call": _gru_call}),
+}
+
+
 def install() -> Callable[[], None]:
-    """Make Keras 3's ``LSTMCell`` carry exact in every Keras 3 this process loads, now or when it is
-    imported; returns the undo."""
+    """Make Keras 3's ``LSTMCell`` and ``GRUCell`` the tier's in every Keras 3 this process loads,
+    now or when it is imported; returns the undo."""
     saved = []
     active = [True]
 
-    def replace(module) -> None:
-        key = "keras3:lstm_cell"
-        if not active[0] or not _targets.expected(_targets.target(key)) or _targets.find(module, key) is None:
-            return
-        cls = module.LSTMCell
-        for name, make in (("_compute_carry_and_output_fused", _fused), ("_compute_carry_and_output", _split),
-                           ("call", _call)):
-            original = cls.__dict__.get(name)
-            if original is not None:
-                saved.append((cls, name, original))
-                setattr(cls, name, make(original))
+    def replacer(key: str) -> Callable:
+        class_name, methods = _CELLS[key]
 
-    call_after_import({_targets.target("keras3:lstm_cell").module: replace})
+        def replace(module) -> None:
+            if not active[0] or not _targets.expected(_targets.target(key)) or _targets.find(module, key) is None:
+                return
+            cls = getattr(module, class_name)
+            for name, make in methods.items():
+                original = cls.__dict__.get(name)
+                if original is not None:
+                    saved.append((cls, name, original))
+                    setattr(cls, name, make(original))
+
+        return replace
+
+    call_after_import({_targets.target(key).module: replacer(key) for key in _CELLS})
 
     def undo() -> None:
         active[0] = False
