@@ -119,8 +119,9 @@ INVENTORY: tuple[Target, ...] = (
         "sgd": (_K3 + "optimizers.sgd", "SGD.update_step"),
         "layer_norm": (_K3 + "layers.normalization.layer_normalization", "LayerNormalization.call"),
         "batch_norm_call": (_K3 + "layers.normalization.batch_normalization", "BatchNormalization.call"),
-        "lstm_cell": (_K3 + "layers.rnn.lstm", "LSTMCell._compute_carry_and_output_fused"),
-        "gru_cell": (_K3 + "layers.rnn.gru", "GRUCell.call")}),
+        "lstm_cell": (_K3 + "layers.rnn.lstm", "LSTMCell._compute_carry_and_output_fused")}),
+    # the tier's GRU step is Keras's own, rewritten: only where it was compared with Keras's bit for bit
+    *_family("keras3", "keras", ((3, 15), (3, 17)), {"gru_cell": (_K3 + "layers.rnn.gru", "GRUCell.call")}),
     *_family("keras3", "keras", ((3, 3), (3, 16)), {
         "trainer_build": (_TRAINER, "TensorFlowTrainer._maybe_symbolic_build")}),
     *_family("keras3.16", "keras", ((3, 16), None), {"trainer_build": (_TRAINER, "Trainer._maybe_symbolic_build")}),

@@ -188,6 +188,8 @@ FMA_ESCAPES = {  # a multiply that reaches an add past something XLA looks throu
     # XLA inlines a loop it unrolls (a one-step RNN) and a condition whose predicate it knows
     "out of a loop": lambda x: tf.while_loop(lambda i, v: i < 1, lambda i, v: (i + 1, v * 3.0), [0, x])[1] + 1.0,
     "out of a condition": lambda x: tf.cond(x[0, 0] > 0.0, lambda: x * 3.0, lambda: x) + 1.0,
+    "carried round a loop": lambda x: tf.while_loop(lambda i, p, s: i < 2, lambda i, p, s: (i + 1, x * 3.0, s + p),
+                                                    [0, x, x])[2],
 }
 LOOPS_WITHOUT_A_PRODUCT = {  # the loop's results and its initial values followed, nothing made up
     "a loop that adds": lambda x: tf.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, v + x), [0, x])[1] + 1.0,

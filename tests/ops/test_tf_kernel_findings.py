@@ -84,6 +84,16 @@ def test_unsorted_segment_reductions_take_ragged_data(name, data, ids):
     _same(getattr(ops, name)(data, ids, 3), getattr(tf.math, name)(data, ids, 3))
 
 
+@pytest.mark.parametrize("axis", [None, 1])
+def test_reduce_sum_takes_a_ragged_tensor_as_tfs_does(axis):
+    """Keras's ``ops.sum`` of a ragged output (Keras's own layer tests train a ragged Embedding so)
+    reaches ``tf.reduce_sum`` with a ``RaggedTensor``: TF's op dispatches it, a segment sum of its
+    values, which patch rebinds; it raised a TypeError."""
+    x = tf.ragged.constant([[1.0, 2.5, -0.75], [3.0], []], dtype=tf.float32)
+    got, want = ops.reduce_sum(x, axis=axis), tf.compat.v1.reduce_sum(x, axis=axis)
+    assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+
+
 def test_ragged_segment_sums_reach_the_order_invariant_sum():
     """Rows [1e30], [-1e30], [1, 5] summed position by position: a float sum in this order gives 1
     at position 0; the exact sum 0 (1 is below the quantum of a segment that holds 1e30)."""

@@ -446,6 +446,8 @@ def reduce_sum(input_tensor: tf.Tensor, axis: int | list[int] | tf.Tensor | None
             runs.
         ValueError: An axis that is statically out of range, where a graph is built.
     """
+    if isinstance(input_tensor, tf.RaggedTensor):  # TF's op dispatches it: a segment sum of its values, rebound
+        return _stock.reduce_sum(input_tensor, axis=axis, keepdims=keepdims, name=name)
     with tf.name_scope(name or "DeterministicReduceSum"):
         x = tf.convert_to_tensor(input_tensor)
         if not (x.dtype.is_floating or x.dtype.is_complex):

@@ -41,7 +41,6 @@ with and without XLA.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Iterator
 
 import tensorflow as tf
@@ -307,7 +306,7 @@ def compiled(function):
             return function(*args)
 
     kernel.__name__ = f"{KERNEL_PREFIX}{function.__name__.strip('<>_')}"
-    return functools.wraps(function)(tf.function(kernel, jit_compile=True, autograph=False, reduce_retracing=True))
+    return tf.function(kernel, jit_compile=True, autograph=False, reduce_retracing=True)
 
 
 KERNEL_PREFIX = "tfrepro_exact_"

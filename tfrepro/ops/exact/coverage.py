@@ -228,6 +228,7 @@ class _Function:
         function = cls(definition.node_def, [*definition.ret.values(), *definition.control_ret.values()], library,
                        trusted, tuple(arg.name for arg in signature.input_arg), caller)
         function.rets = [definition.ret[arg.name] for arg in signature.output_arg]
+        function.name = signature.name
         return function
 
     def marked(self, node: Any) -> bool:
@@ -262,8 +263,11 @@ class _Function:
         found = self.source_edge(edge, through)
         return None if found is None else (found[0], found[0].nodes[_producer(found[1])])
 
-    def source_edge(self, edge: str, through: frozenset[str] = _VIEWS) -> tuple[_Function, str] | None:
-        """``source``, as the function and the edge of the node's output that carries the value."""
+    def source_edge(self, edge: str, through: frozenset[str] = _VIEWS,
+                    carried: list[tuple[_Function, str]] | None = None) -> tuple[_Function, str] | None:
+        """``source``, as the function and the edge of the node's output that carries the value. A
+        loop body's argument is its initial value, the loop's input; and from the second pass on its
+        own previous result, which is added to ``carried`` where it is given."""
         function = self
         for _ in range(10_000):
             name = _producer(edge)
@@ -272,6 +276,9 @@ class _Function:
                 if function.caller is None or name not in function.args:
                     return None
                 caller, call, offset = function.caller
+                if carried is not None and call.op in ("While", "StatelessWhile") and \
+                        call.attr["body"].func.name == function.name:
+                    carried.append((function, function.rets[function.args.index(name)]))
                 inputs = _data(call)
                 index = function.args.index(name) + offset
                 if index >= len(inputs):
@@ -304,12 +311,17 @@ class _Function:
     def product_input(self, node: Any) -> bool:
         """Whether an input of ``node`` is a float product that is not the exact tier's (its
         products are rounded through a barrier that no compiler fuses)."""
-        stack, seen = [(self, edge) for edge in _data(node)], set()
+        stack, seen, followed = [(self, edge) for edge in _data(node)], set(), set()
         while stack:
-            if len(seen) > 1_000:
+            if len(seen) > 1_000 or len(followed) > 10_000:
                 return True  # too far to follow: named, not trusted
             function, edge = stack.pop()
-            found = function.source_edge(edge)
+            if (id(function), edge) in followed:  # a loop's value carried round unchanged comes back to itself
+                continue
+            followed.add((id(function), edge))
+            carried: list[tuple[_Function, str]] = []
+            found = function.source_edge(edge, carried=carried)
+            stack.extend(carried)
             if found is None or (id(found[0]), found[1]) in seen:
                 continue
             seen.add((id(found[0]), found[1]))
