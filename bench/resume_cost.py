@@ -5,7 +5,8 @@ The input: 4,000 images of 32x32x3 under ``tfrepro.patch``, augmented per image 
 to 4 pixels, brightness: ``tf.image.stateless_random_*``), batches of 64, validation on 1,000 more.
   keyed     ``tfrepro.data.shuffle`` + ``tfrepro.data.map_with_seed``: addressed by epoch, so a
             resume draws and validates the checkpoint's epoch only
-  replayed  the same with ``Dataset.shuffle(reshuffle_each_iteration=True)``: its passes depend on
+  dataset   the same with ``Dataset.shuffle(N)`` (the tutorials' pipeline), keyed by ``patch``
+  replayed  the same with TF's own ``Dataset.shuffle`` (as without ``patch``): its passes depend on
             the passes before, so a resume replays every earlier epoch's input and validation
 A 21-epoch run of each saves a checkpoint per epoch; the resume at E starts from the checkpoint at
 the start of epoch E.
@@ -15,7 +16,7 @@ Mid-epoch, where the input's cost is in its maps: 4,000 JPEGs of 192x192 read fr
 its 63 batches an epoch. Resumed from the start of epoch 2 (``start``) and from batch 56 of it:
   skipped   the 56 batches before it skipped without computing them (``tfrepro.data.skip``)
   drawn     the same checkpoint with the skip turned off: the 56 batches decoded and dropped
-Median of --rounds. Goals: keyed at epoch 20 within 10% of keyed at epoch 1, and ``skipped``
+Median of --rounds. Goals: keyed and dataset at epoch 20 within 10% of epoch 1, and ``skipped``
 within 10% of ``start``. Not a test: nothing is asserted.
 
     python bench/resume_cost.py [--rounds 3]
@@ -78,10 +79,13 @@ def data(count, offset, key):
         return tfrepro.data.map_with_seed(pairs, decode, key=key).batch(64)
     images = tf.random.stateless_uniform([count, 32, 32, 3], [offset, 2])
     pairs = tf.data.Dataset.from_tensor_slices((images, labels))
-    if arm != "replayed":
+    if arm == "keyed":
         pairs = tfrepro.data.shuffle(pairs, count, key=key)
-    else:
+    elif arm == "dataset":
         pairs = pairs.shuffle(count, seed=offset)
+    else:  # TF's own reshuffle, under patch's keyed Dataset.shuffle
+        import inspect
+        pairs = inspect.unwrap(tf.data.Dataset.shuffle)(pairs, count, seed=offset)
     return tfrepro.data.map_with_seed(pairs, augment, key=key).batch(64)
 
 class FirstTrainedBatch(keras.callbacks.Callback):
@@ -97,7 +101,7 @@ model.fit(data(4000, 1, "train"), validation_data=data(1000, 2, "val"), epochs=e
           callbacks=[first, tfrepro.ReproCheckpoint(folder, save_freq=every if every == "epoch" else int(every), max_to_keep=100)])
 print(f"first trained batch {getattr(first, 'at', float('nan')):.3f}")
 '''
-ARMS = ("keyed", "replayed")
+ARMS = ("keyed", "dataset", "replayed")
 EPOCHS = 21
 MID_EPOCHS, MID_EVERY = 3, 14  # 63 batches an epoch: checkpoints at the start of epoch 2 and at its batch 56
 

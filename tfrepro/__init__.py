@@ -23,6 +23,7 @@ from typing import Any
 
 from tfrepro import ops, testing
 from tfrepro._version import __version__
+from tfrepro.determinism import patching as _patching
 from tfrepro.determinism.patching import enable_determinism, patch, patched, unpatch
 from tfrepro.determinism.reporting import Report, Setting, status
 from tfrepro.determinism.seeding import derive_seed, rng_state, seed_everything, set_rng_state
@@ -33,6 +34,8 @@ from tfrepro.proof.environment_info import EnvDifference, environment, environme
 from tfrepro.proof.fingerprints import fingerprint
 from tfrepro.proof.traces import Trace, TraceError, read_trace
 from tfrepro.proof.verification import Verification, verify
+
+_patching.FOLLOWERS.append("tfrepro.data.dataset_shuffling")  # Dataset.shuffle keyed under patch
 
 __all__ = [
     "CheckpointError",

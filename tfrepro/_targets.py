@@ -102,8 +102,8 @@ _BREAKS = {
     "trace": "the exact tier cannot audit traced steps: an op it does not cover runs unnamed",
     "dataset_functions": "the exact tier audits tf.data's functions too, and may refuse a pipeline's ops",
     "op_defs": "the exact tier's audit cannot read an op's output types, so it takes every op for a float op",
-    "dataset_inputs": "pipelines that undo keyed draws (repeat() or cache() after one, two zipped with one key) go "
-                      "unnamed",
+    "dataset_inputs": "pipelines that undo keyed draws go unnamed (cache() after one, two zipped with one key), and "
+                      "repeat() after one does not key its passes by their ordinal (they read a racing clock)",
 }
 _K3 = "keras.src."
 _TRAINER = _K3 + "backend.tensorflow.trainer"

@@ -230,13 +230,17 @@ def test_a_custom_train_step_calling_stateful_random_ops_is_refused(tmp_path, ke
 def test_a_resume_says_what_it_loaded_and_prints_no_replayed_epoch(tmp_path, keras, caplog, capsys):
     import tensorflow as tf
 
-    classifier(keras).fit(data(tf), epochs=2, verbose=0, callbacks=[tfrepro.ReproCheckpoint(tmp_path)])
+    def replayed():  # a cache under the shuffle: not addressable by epoch, so the resume replays
+        x = np.linspace(0, 1, 64 * 4, dtype="float32").reshape(64, 4)
+        return tf.data.Dataset.from_tensor_slices((x, (x.sum(axis=1) > 2).astype("int64"))).cache().shuffle(64).batch(8)
+
+    classifier(keras).fit(replayed(), epochs=2, verbose=0, callbacks=[tfrepro.ReproCheckpoint(tmp_path)])
     capsys.readouterr()
     with caplog.at_level(logging.INFO, logger="tfrepro.checkpointing"):
-        classifier(keras).fit(data(tf), epochs=3, verbose=2, callbacks=[tfrepro.ReproCheckpoint(tmp_path)])
+        classifier(keras).fit(replayed(), epochs=3, verbose=2, callbacks=[tfrepro.ReproCheckpoint(tmp_path)])
     resumed = [r.getMessage() for r in caplog.records if "resumed" in r.getMessage()]
     assert resumed == [f"tfrepro: resumed from {tmp_path / 'ckpt-e000002-b00000000.npz'}: epoch 2, batch 0, "
                        "16 batches trained; replaying the input of the 2 epochs before: the training input: a "
-                       "Dataset.shuffle reshuffles each pass by how many passes came before (use tfrepro.data.shuffle)"]
+                       "cache or snapshot keeps the first pass's elements, draws included"]
     printed = capsys.readouterr().out
     assert "Epoch 3/3" in printed and "Epoch 1/3" not in printed and "Epoch 2/3" not in printed

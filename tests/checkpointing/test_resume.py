@@ -100,9 +100,10 @@ def test_unmodified_script_under_tfrepro_run_checkpoint_resumes_exactly(tmp_path
     proc = run_train(tmp_path, "resumed", "--plain", tfrepro_run=["--checkpoint", ckpt])
     assert (tmp_path / "resumed.npy").read_bytes() == full
     said = [line for line in proc.stderr.splitlines() if line.startswith("tfrepro: resumed")]
+    # Dataset.shuffle is keyed under patch (tfrepro run's too); the script's own Dataset.random is not
     assert said == [f"tfrepro: resumed from {newest}: epoch 2, batch 0, 20 batches trained; replaying the input of "
-                    "the 2 epochs before: the training input: a Dataset.shuffle reshuffles each pass by how many "
-                    "passes came before (use tfrepro.data.shuffle)"]
+                    "the 2 epochs before: the training input: a Dataset.random draws each pass by how many passes "
+                    "came before (use tfrepro.data.map_with_seed)"]
 
 
 def test_a_custom_loop_under_tfrepro_run_checkpoint_resumes_mid_epoch_exactly(tmp_path):

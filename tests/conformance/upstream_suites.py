@@ -71,8 +71,11 @@ def pytest_runtest_logreport(report) -> None:
         return
     crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
     message = crash.message if crash is not None else (str(report.longrepr) if report.longrepr else "")
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    # A refusal raised in a tf.function reads "in user code:", its own words further down: keep those.
+    named = [line for line in lines if any(words in line for words in NAMED)]
     record = {"test": report.nodeid, "when": report.when, "outcome": report.outcome,
-              "message": message.strip().splitlines()[0][:300] if message.strip() else ""}
+              "message": (named or lines or [""])[0][:300]}
     with open(os.environ[RECORDS], "a") as out:
         out.write(json.dumps(record) + "\n")
 

@@ -1,6 +1,8 @@
-"""Pipelines that would silently undo keyed draws are named as they are built
-(``tfrepro.data.pipeline_checks``): ``repeat()`` after a draw keyed by the training epoch raises,
-``cache()`` after one and ``zip`` of two draws with one key warn, and each shows the symptom it names."""
+"""Pipelines that would silently undo keyed draws are made right or named as they are built
+(``tfrepro.data.pipeline_checks``): ``repeat()`` after a draw keyed by the training epoch keys its
+passes by their ordinal (or raises where it cannot), a pass while the clock was never set draws
+anew, ``cache()`` after a draw and ``zip`` of two draws with one key warn, and each shows the
+symptom it names."""
 
 import warnings
 
@@ -21,16 +23,37 @@ def _values(dataset):
     return np.array(list(dataset.as_numpy_iterator()))
 
 
-def test_repeat_after_a_draw_keyed_by_the_training_epoch_raises_and_before_it_does_not():
-    with pytest.raises(ValueError, match=r"repeat\(\) after map_with_seed .* races with fit's clock"):
-        _numbers(key="aug").batch(2).repeat()
-    with pytest.raises(ValueError, match=r"repeat\(\) after tfrepro.data.shuffle \(key 'shuffle'\)"):
-        tfrepro.data.shuffle(tf.data.Dataset.range(8), 8, seed=1).repeat(3)
+def test_repeat_after_a_draw_keyed_by_the_training_epoch_keys_its_passes_and_raises_where_it_cannot():
+    """Each pass of the repeat is the pipeline made again at epoch e0 + k (e0: the clock as its first
+    element is made): moving the clock meanwhile, as fit does while the next pass is pulled ahead,
+    changes nothing. A pipeline tfrepro cannot make again raises, naming what made it."""
+    tfrepro.data.set_epoch(5)
+    try:
+        def pipeline(epoch=None):  # one call site, one key
+            return _numbers(key="aug", epoch=epoch).batch(3)
+
+        repeated = pipeline().repeat(3)
+        assert repeated.cardinality() == 9
+        iterator = iter(repeated)
+        got = [next(iterator)]
+        tfrepro.data.set_epoch(40)  # the race a repeat read from the clock would lose
+        got += list(iterator)
+        expected = [b for e in (5, 6, 7) for b in pipeline(epoch=e)]
+        assert len(got) == len(expected) == 9
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+        assert not np.array_equal(expected[0], expected[3])  # every pass draws anew
+        shuffled = tfrepro.data.shuffle(tf.data.Dataset.range(8), 8, seed=1)
+        assert shuffled.repeat().cardinality() == tf.data.INFINITE_CARDINALITY
+        with pytest.raises(ValueError, match=r"repeat\(\) after tfrepro.data.shuffle \(key 'shuffle'\) .* races with "
+                                             r"fit's clock.* made by _AssertCardinalityDataset"):
+            tf.data.experimental.assert_cardinality(8)(shuffled).repeat(2)
+    finally:
+        tfrepro.data.set_epoch(0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _numbers(key="aug").repeat(1)  # one pass: nothing starts ahead
         _numbers(key="aug", epoch=4).repeat()  # a fixed epoch reads no clock
-        data = tf.data.Dataset.range(8).repeat()  # repeat() before the draw: the documented way
+        data = tf.data.Dataset.range(8).repeat()  # repeat() before the draw: one endless pass
         tfrepro.data.map_with_seed(data, lambda x, s: x, seed=1, key="after").take(3)
 
 
@@ -68,24 +91,26 @@ def test_one_key_applied_twice_in_a_row_warns():
         tfrepro.data.map_with_seed(_numbers(key="twice"), lambda x, s: x, seed=1, key="twice")
 
 
-def test_a_second_pass_while_the_clock_was_never_set_warns_and_draws_the_same(monkeypatch):
+def test_passes_while_the_clock_was_never_set_draw_anew_in_the_same_order_every_run(monkeypatch):
+    """A custom loop without set_epoch: each new iterator moves the never-set clock on by one, so
+    pass n draws epoch n's numbers (it used to draw epoch 0's every pass: the same augmentation
+    every epoch)."""
     from tfrepro.data import pipeline_checks
     from tfrepro.determinism import epochs
 
-    monkeypatch.setattr(epochs, "_moved", False)  # a fresh custom loop: no fit, no set_epoch yet
-    monkeypatch.setattr(pipeline_checks, "_passes", {})
-    keyed = _numbers(key="loop")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        first = _values(keyed)  # one pass: nothing to say
-    with pytest.warns(ReproducibilityWarning, match=r"a second pass over map_with_seed \(key 'loop'\) began while"):
-        second = _values(keyed)
-    assert np.array_equal(first, second)  # the symptom: the same augmentation every epoch
-    tfrepro.data.set_epoch(1)
-    try:
+    def passes():
+        monkeypatch.setattr(epochs, "_moved", False)  # a fresh custom loop: no fit, no set_epoch yet
+        monkeypatch.setattr(pipeline_checks, "_unclocked_passes", 0)
+        keyed = _numbers(key="loop")
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert not np.array_equal(_values(keyed), first)  # the fix: a new epoch draws anew, silently
+            return [_values(keyed) for _ in range(3)]
+
+    try:
+        first = passes()
+        assert not np.array_equal(first[0], first[1]) and not np.array_equal(first[1], first[2])
+        assert all(np.array_equal(a, b) for a, b in zip(first, passes()))  # the same in every run
+        assert np.array_equal(first[2], _values(_numbers(key="loop", epoch=2)))  # pass 2: epoch 2's draws
     finally:
         tfrepro.data.set_epoch(0)
 

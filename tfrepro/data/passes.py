@@ -26,24 +26,25 @@ def check_arguments(seed: int | None, epoch: int | None, what: str) -> int:
     return seeding.validate_seed(seed, "seed")
 
 
-def keyed_pass(build: Callable[[Any], Any], seed: int, purpose: tuple[int | str, ...], epoch: int | None) -> Any:
+def keyed_pass(build: Callable[[Any], Any], seed: int, purpose: tuple[int | str, ...], epoch: Any) -> Any:
     """A dataset whose every pass is ``build(key)``, ``key`` the pass's ``[2]`` int64 key (see
     ``pass_key``). One function per pass: a new iterator instantiates every function of its
     pipeline, and that cost is paid once per epoch."""
     return pass_key(seed, purpose, epoch).flat_map(build)
 
 
-def pass_key(seed: int, purpose: tuple[int | str, ...], epoch: int | None) -> Any:
+def pass_key(seed: int, purpose: tuple[int | str, ...], epoch: Any) -> Any:
     """A dataset of one element, the pass's ``[2]`` int64 key, computed when it is pulled: from the
     epoch clock's ``records`` (never a variable read, which would make the whole pipeline sequential
-    under op determinism), or from a fixed ``epoch``."""
+    under op determinism), or from a fixed ``epoch`` (an int, or a scalar int64 tensor: a pass of
+    ``repeats``)."""
     tf = _tf.import_tf()
     base = _base_key(tf, seed, purpose)
-    epoch_now = epochs.records() if epoch is None else tf.data.Dataset.from_tensors(tf.constant(epoch, tf.int64))
+    epoch_now = epochs.records() if epoch is None else tf.data.Dataset.from_tensors(tf.cast(epoch, tf.int64))
     return epoch_now.map(lambda e: keys.fold_in(base, e))
 
 
-def element_seeds(seed: int, purpose: tuple[int | str, ...], epoch: int | None, count: int | None = None,
+def element_seeds(seed: int, purpose: tuple[int | str, ...], epoch: Any, count: int | None = None,
                   block: int = 1) -> Any:
     """A dataset of ``[2]`` int64 seeds: element ``i`` of a pass gets the pass's key plus ``[0, i]``;
     with ``block > 1``, ``[block, 2]`` tensors of consecutive elements' seeds (the last one runs past
@@ -68,6 +69,9 @@ def element_seeds(seed: int, purpose: tuple[int | str, ...], epoch: int | None, 
 
 
 _RUN = 1024
+# Set on the graph of ``repeats``' pass function: its argument is the pass's ordinal, which keys the
+# pass through its epoch, not as an element a sub-dataset is made from.
+ORDINAL_PASS = "_tfrepro_ordinal_pass"
 
 
 def with_cardinality_of(dataset: Any, result: Any) -> Any:
@@ -89,6 +93,8 @@ def sharded_by_element(result: Any, source: Any, what: str) -> Any:
     share: the element at position i draws with key i. ``OFF``, ``DATA`` and ``HINT`` set on
     ``source`` stand; ``FILE`` raises."""
     tf = _tf.import_tf()
+    if getattr(tf.compat.v1.get_default_graph(), "building_function", False):
+        return result  # a sub-dataset of a tf.data function: the enclosing pipeline's policy shards it
     policies = tf.data.experimental.AutoShardPolicy
     policy = source.options().experimental_distribute.auto_shard_policy
     if policy == policies.FILE:
@@ -110,7 +116,7 @@ def _enclosing_arguments(tf: Any) -> Any:
     """An int64 fingerprint of the arguments of the function being traced (an ``interleave`` or
     ``flat_map`` function: the element its sub-dataset is made from), or None outside one."""
     graph = tf.compat.v1.get_default_graph()
-    if not getattr(graph, "building_function", False):
+    if not getattr(graph, "building_function", False) or getattr(graph, ORDINAL_PASS, False):
         return None
     captured = {id(t) for t in getattr(graph, "internal_captures", ())}
     arguments = [t for t in graph.inputs if id(t) not in captured and t.dtype not in (tf.resource, tf.variant)]

@@ -1,19 +1,20 @@
-"""Pipelines that would silently undo keyed draws are named as they are built.
+"""Pipelines that would silently undo keyed draws are named, or made right, as they are built.
 
-A keyed draw (``map_with_seed``, ``shuffle``) is a function of its seed, its key, the epoch and the
-element. Three ways of building on one break that without an error anywhere:
+A keyed draw (``map_with_seed``, ``shuffle``, ``Dataset.shuffle`` under ``patch``) is a function of
+its seed, its key, the epoch and the element. Four ways of building on one would break that without
+an error anywhere:
 
-- ``repeat()`` after a draw keyed by the training epoch starts every later pass ahead of training,
-  so the epoch it reads races with ``fit``'s clock: the draws can change from run to run.
-  ``repeat()`` raises ``ValueError`` (put it before the draw, or give the draw a fixed ``epoch``).
+- ``repeat()`` after a draw keyed by the training epoch would start every later pass ahead of
+  training, reading an epoch that races with ``fit``'s clock. It is built as passes keyed by their
+  ordinal instead (``repeats``); where the pipeline cannot be made again, it raises ``ValueError``.
 - ``cache()`` after such a draw keeps the first pass's draws for every epoch: warned about.
 - ``Dataset.zip`` of two draws with one seed and key (the same augmentation mapped twice for two
   views, two ``shuffle`` calls with the default key) gives both the same numbers, and so does a
   draw applied on top of one with the same seed and key: warned about (give each its own ``key``).
-
-A fourth is only seen as it runs: a second pass over a draw keyed by the training epoch while the
-epoch clock was never set (a custom loop without ``tfrepro.data.set_epoch``) draws what the first
-drew; it is warned about when its iterator is made (``Dataset.__iter__``).
+- A custom loop that never sets the epoch clock (no ``fit``, no ``tfrepro.data.set_epoch``) would
+  draw epoch 0's numbers in every pass. Until the clock is set, each new iterator over a pipeline
+  with such draws (``Dataset.__iter__``) moves it on by one instead: pass ``n`` of the process draws
+  epoch ``n``'s numbers, in every run the same.
 
 ``mark`` registers a keyed dataset; the checks walk a dataset's inputs (``DatasetV2._inputs``, a
 ``_targets`` entry) to the marked ones. They are put on ``tf.data.Dataset`` the first time a keyed
@@ -24,10 +25,12 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tfrepro import _targets, _tf
+from tfrepro.data import repeats
 from tfrepro.determinism import epochs
 from tfrepro.errors import warn
 
@@ -45,18 +48,20 @@ class Draw:
 
 _marked: weakref.WeakKeyDictionary[Any, Draw] = weakref.WeakKeyDictionary()
 _installed = False
-_passes: dict[tuple[int, tuple[int | str, ...]], int] = {}  # passes begun per (seed, key) while the clock was never set
+_unclocked_passes = 0  # iterators made over epoch-keyed draws while the clock was never set
 
 
-def mark(dataset: Any, draw: Draw, source: Any) -> Any:
-    """``dataset``, registered as drawing ``draw`` on ``source`` (and the checks put in place, once).
-    A ``source`` already built on a draw of the same seed and key is warned about: each element
-    would get the same numbers twice (an augmentation applied twice with one key)."""
+def mark(dataset: Any, draw: Draw, source: Any, build: Callable[[Any, Any], Any]) -> Any:
+    """``dataset``, registered as drawing ``draw`` on ``source``, made again at an epoch (an int64
+    tensor) by ``build(source, epoch)`` (and the checks put in place, once). A ``source`` already
+    built on a draw of the same seed and key is warned about: each element would get the same
+    numbers twice (an augmentation applied twice with one key)."""
     _install()
     if any((earlier.seed, earlier.purpose) == (draw.seed, draw.purpose) for earlier in draws_in(source)):
         warn(f"{draw.what} is applied to a dataset already built on a draw with the same seed and key: each element "
              "gets the same numbers twice; give the second its own key=")
     _marked[dataset] = draw
+    repeats.register_draw(dataset, source, build, racing=draw.epoch is None)
     return dataset
 
 
@@ -99,13 +104,20 @@ def _install() -> None:
 
     @functools.wraps(original_repeat)
     def repeat(self: Any, count: Any = None, name: Any = None) -> Any:
-        if not (isinstance(count, int) and 0 <= count <= 1):
+        passes = _tf.import_tf().get_static_value(count) if count is not None else -1
+        if passes is None or passes > 1 or passes < 0:
             racing = [draw for draw in draws_in(self) if draw.epoch is None]
-            if racing:
+            why = ("its count is not known as the pipeline is built" if passes is None
+                   else repeats.why_not_repeatable(self)) if racing else None
+            if why is not None:
                 raise ValueError(f"repeat() after {_names(racing)} keyed by the training epoch: each later pass would "
-                                 "start ahead of training and read an epoch that races with fit's clock, so its draws "
-                                 "could change from run to run; put repeat() before it (one endless pass keyed by the "
-                                 "first epoch, each element by its index), or give it a fixed epoch=")
+                                 "start ahead of training and read an epoch that races with fit's clock, and tfrepro "
+                                 f"cannot key the passes by their ordinal instead: {why}; put repeat() before the "
+                                 "draw, or give it a fixed epoch=")
+            if racing:
+                repeated = repeats.ordinal_passes(self, int(passes))
+                _marked[repeated] = Draw(f"repeat() of {_names(racing)}", racing[0].seed, racing[0].purpose, None)
+                return repeated
         return original_repeat(self, count, name=name)
 
     @functools.wraps(original_cache)
@@ -133,18 +145,14 @@ def _install() -> None:
 
     @functools.wraps(original_iter)
     def __iter__(self: Any) -> Any:
-        if not epochs.was_set():
-            for draw in draws_in(self):
-                key = (draw.seed, draw.purpose)
-                if draw.epoch is None and _passes.setdefault(key, 0) < 2:
-                    _passes[key] += 1
-                    if _passes[key] == 2:
-                        warn(f"a second pass over {draw.what} began while the epoch clock was never set (no fit, no "
-                             "tfrepro.data.set_epoch): it draws what the first pass drew; in a custom training loop "
-                             "call tfrepro.data.set_epoch(epoch) before each epoch, or pass epoch= for fixed draws")
+        global _unclocked_passes
+        if not epochs.was_set() and any(draw.epoch is None for draw in draws_in(self)):
+            epochs.set_unclocked_pass(_unclocked_passes)
+            _unclocked_passes += 1
         return original_iter(self)
 
     dataset.repeat, dataset.cache, dataset.zip, dataset.__iter__ = repeat, cache, staticmethod(zip), __iter__
+    repeats.record_methods()
 
 
 def _names(draws: list[Draw]) -> str:

@@ -50,9 +50,9 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     draws can be made without the epochs before it. As for every tf.data random op, TF's global
     seed does not enter (the draws are stateless). `fn` must draw its randomness from `seed` only:
     stateful random ops in it would still run in thread order, or serially under op determinism.
-    `repeat()` after the map would start passes ahead of training, whose epochs race with `fit`'s
-    clock: it raises (put it before, or fix `epoch`); `cache()` after it, and `Dataset.zip` of two
-    maps with one key, warn (`tfrepro.data.pipeline_checks`). Under a multi-worker strategy the
+    `repeat()` after the map keys each pass by its ordinal: pass k draws epoch `e0 + k`'s numbers,
+    `e0` the epoch as the repeat's first element is made (`tfrepro.data.repeats`); `cache()`
+    after it, and `Dataset.zip` of two maps with one key, warn (`tfrepro.data.pipeline_checks`). Under a multi-worker strategy the
     result is sharded by element (`AutoShardPolicy.DATA`) unless `dataset` sets a policy: every
     worker maps (and reads) the whole pass and keeps its share, so an element draws with its own
     position's seed (sharding the files would give each worker's elements the first elements'
@@ -118,23 +118,31 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     def call(element: Any, element_seed: Any) -> Any:
         return fn(*element, element_seed) if type(element) is tuple else fn(element, element_seed)  # as Dataset.map
 
-    cardinality = tf.get_static_value(dataset.cardinality())
-    count = int(cardinality) if cardinality is not None and 0 <= cardinality <= _SEEDS_AT_ONCE else None
     purpose = ("map_with_seed", key if key is not None else _where_defined(fn))
     draw = pipeline_checks.Draw(f"map_with_seed (key {purpose[1]!r})", seed, purpose, epoch)
+    build = functools.partial(_mapped, call=call, seed=seed, purpose=purpose, calls=calls, block=block, what=draw.what)
+    return pipeline_checks.mark(build(dataset, epoch), draw, dataset, build)
+
+
+def _mapped(dataset: Any, epoch: Any, *, call: Callable[[Any, Any], Any], seed: int, purpose: tuple[str, str],
+            calls: int, block: int | None, what: str) -> Any:
+    """``call`` mapped over ``dataset`` with each element's seed, the pass's key from ``epoch``."""
+    tf = _tf.import_tf()
+    cardinality = tf.get_static_value(dataset.cardinality())
+    count = int(cardinality) if cardinality is not None and 0 <= cardinality <= _SEEDS_AT_ONCE else None
     seeds = functools.partial(passes.element_seeds, seed, purpose, epoch, count)
     if block != 1:
         in_blocks = _in_blocks(tf, dataset, cardinality, call, seeds, block or _BLOCK, calls,
                                None if block else _BLOCKED_BYTES)
         if not isinstance(in_blocks, str):
-            return pipeline_checks.mark(passes.sharded_by_element(in_blocks, dataset, draw.what), draw, dataset)
+            return passes.sharded_by_element(in_blocks, dataset, what)
         if block is not None:
             raise ValueError(f"map_with_seed cannot map in blocks of {block}: {in_blocks}; pass block=1")
     keyed = tf.data.Dataset.zip((dataset, seeds()))
     # The cardinality asserted before the map: after a parallel map, its per-element check costs
     # more than the map's own overhead.
     mapped = passes.with_cardinality_of(dataset, keyed).map(call, num_parallel_calls=calls, deterministic=True)
-    return pipeline_checks.mark(passes.sharded_by_element(mapped, dataset, draw.what), draw, dataset)
+    return passes.sharded_by_element(mapped, dataset, what)
 
 
 def _in_blocks(tf: Any, dataset: Any, length: int | None, call: Callable[[Any, Any], Any],

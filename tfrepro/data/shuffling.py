@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from tfrepro import _tf
@@ -16,12 +17,13 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
     training epoch (`fit`'s, or `tfrepro.data.set_epoch` in a custom loop) when the pass's first
     element is pulled, or a fixed `epoch`. So every run gives the same order, every epoch another,
     and epoch E's order can be drawn directly, without drawing the epochs before it (an exact
-    resume needs no replay), where `Dataset.shuffle`'s reshuffle depends on how many passes came
-    before. TF's global seed does not enter.
+    resume needs no replay), where TF's own reshuffle depends on how many passes came before.
+    TF's global seed does not enter. (Under `tfrepro.patch`, `Dataset.shuffle` itself is this,
+    keyed by its call: `tfrepro.data.dataset_shuffling`.)
 
-    Use it where a pass starts with an epoch: `repeat()` after it would start passes ahead of
-    training and raises (put `repeat()` before it, or pass `epoch`); `cache()` after it, and
-    `Dataset.zip` of two shuffles with one seed and key (one permutation), warn. Under a
+    `repeat()` after it keys each pass by its ordinal: pass k draws epoch `e0 + k`'s order, `e0`
+    the epoch as the repeat's first element is made (`tfrepro.data.repeats`); `cache()` after it,
+    and `Dataset.zip` of two shuffles with one seed and key (one permutation), warn. Under a
     multi-worker strategy it is sharded by element (`AutoShardPolicy.DATA`) unless `dataset` sets
     a policy: every worker draws the whole pass's order and keeps its share (`FILE` raises).
 
@@ -60,6 +62,19 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
         raise ValueError(f"buffer_size must be a positive int; got {buffer_size!r}")
     seed = passes.check_arguments(seed, epoch, "shuffle")
+    return keyed_shuffle(dataset, buffer_size, seed, ("shuffle", key), epoch, f"tfrepro.data.shuffle (key {key!r})")
+
+
+def keyed_shuffle(dataset: Any, buffer_size: int, seed: int, purpose: tuple[str, ...], epoch: int | None,
+                  what: str) -> Any:
+    """``dataset`` shuffled, each pass's order keyed by ``seed``, ``purpose`` and the epoch (the
+    training epoch for None), marked as the keyed draw ``what``; the arguments already checked."""
+    build = functools.partial(_shuffled, buffer_size=buffer_size, seed=seed, purpose=purpose, what=what)
+    return pipeline_checks.mark(build(dataset, epoch), pipeline_checks.Draw(what, seed, purpose, epoch), dataset, build)
+
+
+def _shuffled(dataset: Any, epoch: Any, *, buffer_size: int, seed: int, purpose: tuple[str, ...], what: str) -> Any:
+    tf = _tf.import_tf()
 
     def one_pass(key: Any) -> Any:
         # TF's first shuffle op: seeded by two tensors, with no seed-generator resource. The
@@ -72,7 +87,5 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
             seed2=key[1], reshuffle_each_iteration=False, **dataset._flat_structure)
         return tf.data.experimental.from_variant(variant, dataset.element_spec)
 
-    draw = pipeline_checks.Draw(f"tfrepro.data.shuffle (key {key!r})", seed, ("shuffle", key), epoch)
-    shuffled = passes.with_cardinality_of(dataset, passes.keyed_pass(one_pass, seed, ("shuffle", key), epoch))
-    return pipeline_checks.mark(passes.sharded_by_element(shuffled, dataset, draw.what), draw, dataset)
-
+    shuffled = passes.with_cardinality_of(dataset, passes.keyed_pass(one_pass, seed, purpose, epoch))
+    return passes.sharded_by_element(shuffled, dataset, what)

@@ -20,6 +20,11 @@ from tfrepro.ops.selection import check_on_uncovered, select_ops, summation_of
 log = logging.getLogger("tfrepro")
 
 
+# Modules of the floors above this one whose ``follow_the_seed()`` puts a hook in place as a patch
+# applies (each acts only while a patch is active); ``tfrepro/__init__`` names them.
+FOLLOWERS: list[str] = []
+
+
 def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = None,
           ops: bool | str | Sequence[str] = "auto", init: str = "order",
           on_uncovered: str = "raise") -> reporting.Report:
@@ -36,8 +41,11 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     - On Keras 3 < 3.7, keeps `compile(jit_compile="auto")` from choosing XLA, as Keras >= 3.7 does.
     - Replaces the TF ops that `ops` selects (by default exactly those that would raise under op
       determinism on a GPU), so that `patch()` never leaves an op that throws.
-    - Makes `fit(shuffle=True)` on arrays shuffle each epoch by the seed and the epoch: every epoch
-      another order, the same in every run.
+    - Makes `fit(shuffle=True)` on arrays, and `tf.data.Dataset.shuffle` (reshuffling, its
+      default), shuffle each epoch by the seed and the epoch: every epoch another order, the same
+      in every run, and epoch E's order drawn without the epochs before it (a resume replays
+      nothing). `Dataset.shuffle` is keyed by the place of its call too (see
+      `tfrepro.data.dataset_shuffling`).
     - Makes `tf.distribute.MultiWorkerMirroredStrategy` all-reduce with RING, not AUTO (which may
       pick NCCL), and lets Keras 3 `fit` under it.
 
@@ -176,6 +184,8 @@ def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], thr
     _import_hooks.run_deferred()
     _targets.watch()
     fit_shuffling.follow_the_seed()
+    for follower in FOLLOWERS:
+        importlib.import_module(follower).follow_the_seed()
     initialisers.follow_the_scheme()
     distribution.follow_the_patch()
     if applied.undo_keras_jit is None:

@@ -367,14 +367,18 @@ def custom_gradient(forward):
     return tf.custom_gradient(marked)
 
 
-def first_order_only(gradient: tf.Tensor, what: str) -> tf.Tensor:
-    """``gradient`` (one the exact tier computed in fixed point), whose own gradient refuses by name:
-    quantising and rounding have no useful gradient, so a second-order gradient through it (a
-    gradient penalty, a Hessian-vector product) would be silently zero, None or wrong. The refusal
-    is raised where TF builds that gradient: when a ``tf.function`` is traced, before any step."""
+def first_order_only(gradient: tf.Tensor, what: str, *sources: tf.Tensor) -> tf.Tensor:
+    """``gradient`` (one the exact tier computed in fixed point from ``sources``: the upstream
+    gradient and the forward values it reads), whose own gradient refuses by name: quantising and
+    rounding have no useful gradient, so a second-order gradient through it (a gradient penalty, a
+    Hessian-vector product) would be silently zero, None or wrong. The refusal is raised where TF
+    builds that gradient: when a ``tf.function`` is traced, before any step. ``sources`` are inputs
+    of the refusing op: the integer steps of a fixed-point sum cut TF's gradient paths (neither
+    ``tf.gradients`` nor a tape follows an int64 tensor), so without them a second-order gradient
+    would never reach the refusal and would come out None."""
     @tf.custom_gradient
-    def identity(value):
-        def refuse(upstream):
+    def identity(value, *_):
+        def refuse(*upstream):
             raise NotImplementedError(
                 f"tfrepro exact tier: a second-order gradient through {what} is not covered (its gradient is an "
                 "exact fixed-point sum, which has no gradient of its own); a gradient penalty or a Hessian-vector "
@@ -382,7 +386,7 @@ def first_order_only(gradient: tf.Tensor, what: str) -> tf.Tensor:
 
         return tf.identity(value), refuse
 
-    return identity(gradient)
+    return identity(gradient, *[s for s in sources if s.dtype.is_floating])
 
 
 def barrier(p: tf.Tensor) -> tf.Tensor:

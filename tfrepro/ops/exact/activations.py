@@ -48,13 +48,13 @@ def _normalised(logits, axis: int, name: str, log: bool) -> tf.Tensor:
             shifted, e, total, log_total = _log_softmax_parts(z, -1)
             softmax = e / total
 
-            def gradient(dy):
-                dy = tf.cast(dy, tf.float64)
+            def gradient(upstream):
+                dy = tf.cast(upstream, tf.float64)
                 if log:  # d log_softmax: dy - softmax * sum(dy)
                     dx = dy - _fixed.mul(softmax, _fixed.exact_batch_sum(dy, [-1])[..., None])
                 else:  # d softmax: y * (dy - sum(dy * y))
                     dx = _fixed.mul(softmax, dy - _fixed.exact_batch_sum(_fixed.mul(dy, softmax), [-1])[..., None])
-                return _fixed.first_order_only(_fixed.narrow(dx, dtype), "a softmax")
+                return _fixed.first_order_only(_fixed.narrow(dx, dtype), "a softmax", upstream, z)
 
             return _fixed.narrow(shifted - log_total if log else softmax, dtype), gradient
 

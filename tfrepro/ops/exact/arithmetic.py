@@ -85,7 +85,7 @@ def _weight_gradient(gradient: tf.Tensor, weight: tf.Tensor) -> tf.Tensor:
     shape = [1] * (rank - weight.shape.rank) + weight.shape.as_list()
     axes = [axis for axis in range(rank) if shape[axis] == 1 and gradient.shape[axis] != 1]
     if axes:
-        gradient = _fixed.first_order_only(_fixed.exact_batch_sum(gradient, axes, _fixed.Replicas()), "add")
+        gradient = _fixed.first_order_only(_fixed.exact_batch_sum(gradient, axes, _fixed.Replicas()), "add", gradient)
     return tf.reshape(gradient, weight.shape)
 
 

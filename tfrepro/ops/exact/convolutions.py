@@ -139,7 +139,8 @@ def _gradients(dx: tf.Tensor, rows: tf.Tensor, dout: tf.Tensor, weights: tf.Tens
     shape = weights.shape.as_list()
     dw = _fixed.exact_matmul(tf.transpose(rows), tf.reshape(dout, tf.stack([-1, shape[-1]])),
                              weight_gradient_replicas(kernel_is_weight))
-    return _fixed.first_order_only(dx, what), _fixed.first_order_only(tf.reshape(dw, shape), what)
+    return (_fixed.first_order_only(dx, what, dout, weights),
+            _fixed.first_order_only(tf.reshape(dw, shape), what, rows, dout))
 
 
 def _conv2d_nhwc(x: tf.Tensor, kernel: tf.Tensor, strides: list[int], dilations: list[int], padding: str,

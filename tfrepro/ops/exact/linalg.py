@@ -45,7 +45,7 @@ def _matrix(a: tf.Tensor, b: tf.Tensor, b_is_weight: bool, a_is_weight: bool) ->
         def grad(dz):
             dx = _fixed.exact_matmul(dz, tf.linalg.matrix_transpose(y), weight_gradient_replicas(a_is_weight))
             dy = _fixed.exact_matmul(tf.linalg.matrix_transpose(x), dz, weight_gradient_replicas(b_is_weight))
-            return _fixed.first_order_only(dx, "matmul"), _fixed.first_order_only(dy, "matmul")
+            return _fixed.first_order_only(dx, "matmul", dz, y), _fixed.first_order_only(dy, "matmul", x, dz)
 
         return _fixed.exact_matmul(x, y), grad
 

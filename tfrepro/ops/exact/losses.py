@@ -13,6 +13,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfrepro.ops import _stock
+from tfrepro.ops._checks import after
 from tfrepro.ops.exact import _fixed
 from tfrepro.ops.exact._elementary import exp, log1p, plain, sigmoid
 from tfrepro.ops.exact.linalg import EXACT_DTYPES
@@ -44,7 +45,7 @@ def _with_softmax_gradient(logits, labels_prob, loss_of, labels=None):
         def logits_grad(dloss):
             softmax = e / total
             return _fixed.first_order_only(_fixed.narrow((softmax - labels_prob(z)) * tf.cast(dloss, tf.float64)[..., None],
-                                                         dtype), "a softmax cross-entropy")
+                                                         dtype), "a softmax cross-entropy", dloss, z)
 
         def labels_grad(dloss):
             return -(shifted - log_total) * tf.cast(dloss, tf.float64)[..., None]
@@ -75,10 +76,11 @@ def _known_rank(logits: tf.Tensor, what: str) -> None:
 
 def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None):
     """``tf.nn.sparse_softmax_cross_entropy_with_logits`` with XLA-invariant bits (module doc).
-    Shapes are checked as TF checks them when they are static; a label outside ``[0, classes)``
-    gives a NaN loss, as TF's GPU kernel does (a run-time error, as TF's CPU kernel raises, could
-    not be compiled by XLA)."""
-    from tfrepro.ops.nn import _sparse_xent_static_shapes
+    The labels are checked as TF checks them: their shapes at the call where static, else, with
+    their values, when the op runs (TF's InvalidArgumentError and message, as its CPU kernel
+    raises). Under XLA, which compiles no run-time check, a label outside ``[0, classes)`` gives a
+    NaN loss, as TF's GPU kernel does."""
+    from tfrepro.ops.nn import _sparse_labels, _sparse_xent_static_shapes
 
     with tf.name_scope(name or "ExactSparseSoftmaxCrossEntropyWithLogits"):
         logits = tf.convert_to_tensor(logits)
@@ -86,8 +88,9 @@ def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None
         if not labels.dtype.is_integer:
             raise TypeError(f"labels must be int32 or int64; got {labels.dtype.name}")
         _known_rank(logits, "sparse softmax cross-entropy")
-        _sparse_xent_static_shapes(labels, logits)
+        shapes = _sparse_xent_static_shapes(labels, logits)
         classes = tf.shape(logits)[-1]
+        labels = after(_sparse_labels(labels, tf.shape(logits), tf.cast(classes, labels.dtype), shapes), labels)
         chosen = tf.one_hot(labels, classes, on_value=True, off_value=False)
         valid = (labels >= 0) & (labels < tf.cast(classes, labels.dtype))
 
@@ -144,10 +147,10 @@ def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None):
             z64, y64 = tf.cast(z, tf.float64), tf.cast(y, tf.float64)
             loss = (tf.maximum(z64, 0.0) - _fixed.mul(z64, y64)) + log1p(exp(-tf.abs(z64)))
 
-            def gradient(dloss):
-                dloss = tf.cast(dloss, tf.float64)
+            def gradient(upstream):
+                dloss = tf.cast(upstream, tf.float64)
                 dz = _fixed.mul(sigmoid(z64) - y64, dloss)
-                return (_fixed.first_order_only(_fixed.narrow(dz, dtype), "a sigmoid cross-entropy"),
+                return (_fixed.first_order_only(_fixed.narrow(dz, dtype), "a sigmoid cross-entropy", upstream, z, y),
                         _fixed.narrow(-_fixed.mul(z64, dloss), dtype))
 
             return _fixed.narrow(loss, dtype), gradient

@@ -93,8 +93,9 @@ def _normalise(x: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor, gamma: tf.Ten
         if b is not None:
             y = y + b
 
-        def gradient(dy):
-            dy = tf.cast(dy, tf.float64)
+        def gradient(upstream):
+            dy = tf.cast(upstream, tf.float64)
+            sources = (upstream, v, *weights)
             gdy = dy if g is None else _fixed.mul(dy, g)
             if training:
                 mean_g = _fixed.mul(_row_sum(gdy, axes, batch_replicas), inverse_n)
@@ -102,12 +103,12 @@ def _normalise(x: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor, gamma: tf.Ten
                 dx = _fixed.mul(inv, (gdy - mean_g) - _fixed.mul(xhat, mean_gx))
             else:
                 dx = _fixed.mul(gdy, inv)
-            grads = [_fixed.first_order_only(_fixed.narrow(dx, v.dtype), what)]
+            grads = [_fixed.first_order_only(_fixed.narrow(dx, v.dtype), what, *sources)]
             for p, term in ((gamma, _fixed.mul(dy, xhat)), (beta, dy)):
                 if p is not None:
                     total = _fixed.exact_batch_sum(term, weight_axes, weight_replicas)
                     grads.append(_fixed.first_order_only(_fixed.narrow(tf.reshape(total, tf.shape(p)), p.dtype),
-                                                         what))
+                                                         what, *sources))
             return grads
 
         return _fixed.narrow(y, v.dtype), gradient

@@ -100,8 +100,9 @@ def _partner_products(wide: list[tf.Tensor], partners: tuple[int, ...], dtype: t
     """The gradient of a sum of products of ``wide`` (float64): ``dy`` times each operand's
     partner, exact and rounded once to ``dtype``."""
     def gradient(dy):
-        dy = tf.cast(dy, tf.float64)
-        return tuple(_fixed.first_order_only(_fixed.narrow(_fixed.mul(dy, wide[partner]), dtype), what)
+        dy64 = tf.cast(dy, tf.float64)
+        return tuple(_fixed.first_order_only(_fixed.narrow(_fixed.mul(dy64, wide[partner]), dtype), what, dy,
+                                             wide[partner])
                      for partner in partners)
 
     return gradient

@@ -57,7 +57,7 @@ def bias_add(value, bias, data_format=None, name=None):
             def grad(dy):
                 axes = [a for a in range(dy.shape.rank) if a != channels]
                 return dy, _fixed.first_order_only(
-                    _fixed.exact_batch_sum(dy, axes, weight_gradient_replicas(bias_is_weight)), "bias_add")
+                    _fixed.exact_batch_sum(dy, axes, weight_gradient_replicas(bias_is_weight)), "bias_add", dy)
 
             return _stock.bias_add(v, b, data_format=data_format), grad
 

@@ -1,0 +1,91 @@
+"""Under ``patch``, ``Dataset.shuffle`` orders each pass by the seed, the call and the epoch.
+
+TF's ``Dataset.shuffle`` (``reshuffle_each_iteration`` on, its default) draws each pass's order from
+a seed generator that every new iterator moves on: epoch E's order depends on how many iterators
+were made before it (Keras's, a ``take(1)`` to peek, an evaluation), so a resume at epoch E has to
+replay the E epochs before it to reach E's order. Under ``patch`` it is ``tfrepro.data.shuffle``
+instead: each pass's order is a keyed function of the patch seed, the place of the call (module,
+function and line, the same on every machine), the ``seed`` argument, if any, and the epoch
+(``fit``'s, or ``tfrepro.data.set_epoch``'s). So every epoch has another order, every run the
+same, and a resume draws epoch E's order directly. ``repeat()`` after it keys each pass by its
+ordinal (``repeats``); a custom loop that never sets the epoch draws anew with each iterator
+(``pipeline_checks``).
+
+Left as TF's: ``reshuffle_each_iteration=False`` (each pass restarts the one order: addressable as
+it is), a buffer size not known as the pipeline is built, a dataset whose auto-shard policy is
+``FILE`` (a keyed pass cannot be sharded by file), and the shuffles of Keras's own data adapters
+(``fit(shuffle="batch")``). Without ``patch``, ``Dataset.shuffle`` is TF's.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from typing import Any
+
+from tfrepro import _tf
+from tfrepro.data import shuffling
+from tfrepro.determinism import state
+
+log = logging.getLogger("tfrepro")
+PURPOSE = "Dataset.shuffle"
+# Frames between the caller and the keyed shuffle: TF's V1 dataset, tfrepro's own wrappers.
+_PASSED_THROUGH = ("tensorflow.python.data.ops.", "tfrepro.data.")
+_hooked = False
+
+
+def follow_the_seed() -> None:
+    """Key ``tf.data.Dataset.shuffle`` (once per process). It acts only while a ``patch`` is
+    active; ``patch`` calls this as it applies."""
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    dataset = _tf.import_tf().data.Dataset
+    original = dataset.shuffle
+
+    @functools.wraps(original)
+    def shuffle(self: Any, buffer_size: Any, seed: Any = None, reshuffle_each_iteration: Any = None,
+                name: Any = None) -> Any:
+        keyed = _keyed(self, buffer_size, seed, reshuffle_each_iteration)
+        if keyed is not None:
+            return keyed
+        return original(self, buffer_size, seed=seed, reshuffle_each_iteration=reshuffle_each_iteration, name=name)
+
+    dataset.shuffle = shuffle
+
+
+def _keyed(dataset: Any, buffer_size: Any, seed: Any, reshuffle: Any) -> Any:
+    """The keyed shuffle that ``Dataset.shuffle`` is under the active patch, or None where it stays TF's."""
+    patch_seed = state.active_seed()
+    if patch_seed is None or (reshuffle is not None and not reshuffle):
+        return None
+    tf = _tf.import_tf()
+    buffer = tf.get_static_value(buffer_size)
+    user_seed = tf.get_static_value(seed) if seed is not None else None
+    if buffer is None or int(buffer) < 1 or (seed is not None and user_seed is None):
+        return None
+    if dataset.options().experimental_distribute.auto_shard_policy == tf.data.experimental.AutoShardPolicy.FILE:
+        return None
+    site = _call_site()
+    if site is None:
+        return None
+    purpose = (PURPOSE, site) if user_seed is None else (PURPOSE, site, int(user_seed))
+    log.debug("tfrepro: Dataset.shuffle at %s keyed by (seed, call, epoch)", site)
+    return shuffling.keyed_shuffle(dataset, int(buffer), patch_seed, purpose, None, f"Dataset.shuffle at {site}")
+
+
+def _call_site() -> str | None:
+    """Where ``Dataset.shuffle`` was called from, as ``module.function:line``; None for Keras's own
+    data adapters, which ``fit_shuffling`` keys (or leaves as Keras's)."""
+    frame = sys._getframe(3)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(_PASSED_THROUGH):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    module = frame.f_globals.get("__name__", "")
+    if "data_adapter" in module:
+        return None
+    code = frame.f_code
+    return f"{module}.{getattr(code, 'co_qualname', code.co_name)}:{frame.f_lineno}"
