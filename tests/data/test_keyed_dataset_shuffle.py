@@ -10,6 +10,8 @@ import tfrepro
 import tfrepro.data
 from tfrepro.checkpointing import input_position
 
+pytestmark = pytest.mark.core  # TF 2.12's leg too
+
 
 def _shuffled(size=12, **kwargs):
     return tf.data.Dataset.range(size).shuffle(size, **kwargs)  # one call site: one key
@@ -48,16 +50,25 @@ def test_each_epoch_gets_its_own_order_drawn_directly_and_tfs_own_reshuffle_does
     assert _order(_shuffled()) == passes[0] != passes[2]  # a new pipeline's first pass is pass 0's, not epoch 2's
 
 
-def test_the_call_site_and_the_seed_argument_key_the_order():
+def test_the_seed_argument_or_else_the_call_site_keys_the_order():
+    """As with TF, one seed gives one order: features and labels shuffled apart with seed=7 stay
+    paired (and zip says nothing). Without a seed, each call has its own order."""
+    import warnings
+
+    features, labels = tf.data.Dataset.range(12), tf.data.Dataset.range(100, 112)
     with tfrepro.patched(3):
         here, there = _order(_shuffled()), _order(tf.data.Dataset.range(12).shuffle(12))
         seeded = [_order(_shuffled(seed=s)) for s in (1, 2, 1)]
-        other_patch_seed = None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            pairs = list(tf.data.Dataset.zip((features.shuffle(12, seed=7), labels.shuffle(12, seed=7)))
+                         .as_numpy_iterator())
     with tfrepro.patched(4):
         other_patch_seed = _order(_shuffled())
     assert here != there  # two calls: two keys
     assert seeded[0] == seeded[2] != seeded[1]
     assert other_patch_seed != here
+    assert all(label == feature + 100 for feature, label in pairs) and [f for f, _ in pairs] != list(range(12))
 
 
 def test_what_stays_tfs_shuffle():
@@ -79,24 +90,34 @@ def test_what_stays_tfs_shuffle():
         assert keyed(data.shuffle(tf.constant(12, tf.int64), reshuffle_each_iteration=True))
         assert "ShuffleDatasetV3" in ops(data.shuffle(12, reshuffle_each_iteration=False))  # addressable as it is
         assert "ShuffleDatasetV3" in ops(data.with_options(unsharded).shuffle(12))  # a keyed pass has no files
+        # Built in a tf.data function, a sub-dataset's pass starts while training runs: TF's
+        inner = data.interleave(lambda i: tf.data.Dataset.range(4).shuffle(4), cycle_length=2)
+        assert "ShuffleDatasetV3" in ops(inner) and not keyed(inner)
+        # TF's own shuffle of file names: a multi-worker strategy shards the files (a keyed pass has none)
+        assert "ShuffleDatasetV3" in ops(tf.data.Dataset.list_files(__file__, shuffle=True))
     assert "ShuffleDatasetV3" in ops(data.shuffle(12))  # no patch: TF's
 
 
-def test_a_repeat_after_it_keys_each_pass_by_its_ordinal_and_the_input_is_addressable():
-    """``shuffle(N).batch(B).repeat()`` under fit(steps_per_epoch=) one pass long: pass k is epoch
-    e0 + k's order, read once; and fit's input is addressable by epoch (a resume draws its epoch)."""
+def test_a_repeat_after_it_keys_each_pass_anew_and_the_input_without_it_is_addressable():
+    """``shuffle(N).batch(B).repeat()``, as under fit(steps_per_epoch=): each pass another order, the
+    same in a second build, whatever the clock does meanwhile; and fit's input without the repeat is
+    addressable by epoch (a resume draws its epoch directly)."""
     def pipeline():
         return tf.data.Dataset.range(10).shuffle(10).batch(4)
 
-    with tfrepro.patched(3):
+    def passes(clock_then):
         tfrepro.data.set_epoch(2)
         iterator = iter(pipeline().repeat())
         first = next(iterator)
-        tfrepro.data.set_epoch(30)  # fit moves the clock while the next pass is pulled ahead
-        seen = [first.numpy().tolist()] + [next(iterator).numpy().tolist() for _ in range(8)]
-        expected = [b.tolist() for e in (2, 3, 4) for b in (tfrepro.data.set_epoch(e) or pipeline()).as_numpy_iterator()]
-        assert seen == expected
+        tfrepro.data.set_epoch(clock_then)  # fit moves the clock while the next pass is pulled ahead
+        return [first.numpy().tolist()] + [next(iterator).numpy().tolist() for _ in range(8)]
+
+    with tfrepro.patched(3):
+        seen = passes(30)
+        assert seen == passes(3)
         addressable = input_position._why_input_replayed(tf, pipeline().prefetch(2), True, "the training input")
+    orders = [sum(seen[3 * k:3 * k + 3], []) for k in range(3)]
+    assert all(sorted(order) == list(range(10)) for order in orders) and len({tuple(o) for o in orders}) == 3
     assert addressable is None
     assert "a Dataset.shuffle reshuffles each pass" in input_position._why_input_replayed(
         tf, pipeline(), True, "the training input")  # no patch: TF's shuffle, replayed

@@ -1,6 +1,6 @@
 """Pipelines that would silently undo keyed draws are made right or named as they are built
-(``tfrepro.data.pipeline_checks``): ``repeat()`` after a draw keyed by the training epoch keys its
-passes by their ordinal (or raises where it cannot), a pass while the clock was never set draws
+(``tfrepro.data.pipeline_checks``): ``repeat()`` after a draw keyed by the training epoch keys each
+pass anew (or raises where it cannot), a pass while the clock was never set draws
 anew, ``cache()`` after a draw and ``zip`` of two draws with one key warn, and each shows the
 symptom it names."""
 
@@ -23,30 +23,36 @@ def _values(dataset):
     return np.array(list(dataset.as_numpy_iterator()))
 
 
-def test_repeat_after_a_draw_keyed_by_the_training_epoch_keys_its_passes_and_raises_where_it_cannot():
-    """Each pass of the repeat is the pipeline made again at epoch e0 + k (e0: the clock as its first
-    element is made): moving the clock meanwhile, as fit does while the next pass is pulled ahead,
-    changes nothing. A pipeline tfrepro cannot make again raises, naming what made it."""
-    tfrepro.data.set_epoch(5)
-    try:
-        def pipeline(epoch=None):  # one call site, one key
-            return _numbers(key="aug", epoch=epoch).batch(3)
+def test_repeat_after_a_draw_keyed_by_the_training_epoch_keys_each_pass_anew_and_raises_where_it_cannot():
+    """Each pass of the repeat is the pipeline made again, its draws keyed by a number drawn as the
+    pass begins (never the clock): moving the clock meanwhile, as fit does while the next pass is
+    pulled ahead, changes nothing, and a second build gives the same passes. TF's repeat keeps its
+    rules (its count, its end on an empty pass). A pipeline tfrepro cannot make again raises,
+    naming what made it."""
+    def pipeline():  # one call site, one key
+        return _numbers(key="aug").batch(3)
 
-        repeated = pipeline().repeat(3)
-        assert repeated.cardinality() == 9
-        iterator = iter(repeated)
+    def passes(clock_then):
+        tfrepro.data.set_epoch(5)
+        iterator = iter(pipeline().repeat(3))
         got = [next(iterator)]
-        tfrepro.data.set_epoch(40)  # the race a repeat read from the clock would lose
-        got += list(iterator)
-        expected = [b for e in (5, 6, 7) for b in pipeline(epoch=e)]
-        assert len(got) == len(expected) == 9
-        assert all(np.array_equal(a, b) for a, b in zip(got, expected))
-        assert not np.array_equal(expected[0], expected[3])  # every pass draws anew
+        tfrepro.data.set_epoch(clock_then)  # the race a repeat read from the clock would lose
+        return np.concatenate(got + list(iterator))
+
+    try:
+        first, second = passes(40), passes(6)
+        assert first.tobytes() == second.tobytes() and first.shape == (24,)
+        assert not np.array_equal(first[:8], first[8:16])  # every pass draws anew
+        assert np.array_equal(np.sort(np.floor(first[:8])), np.arange(8))  # each a pass of the pipeline
+        assert pipeline().repeat(3).cardinality() == 9
+        assert pipeline().repeat().cardinality() == tf.data.INFINITE_CARDINALITY
+        assert list(_numbers(key="aug").batch(9, drop_remainder=True).repeat()) == []  # an empty pass ends it
         shuffled = tfrepro.data.shuffle(tf.data.Dataset.range(8), 8, seed=1)
-        assert shuffled.repeat().cardinality() == tf.data.INFINITE_CARDINALITY
         with pytest.raises(ValueError, match=r"repeat\(\) after tfrepro.data.shuffle \(key 'shuffle'\) .* races with "
                                              r"fit's clock.* made by _AssertCardinalityDataset"):
             tf.data.experimental.assert_cardinality(8)(shuffled).repeat(2)
+        with pytest.raises(ValueError, match=r"TF's own Dataset.shuffle \(a new one in each pass would repeat"):
+            shuffled.shuffle(8).repeat(2)  # no patch: TF's shuffle, which a pass made anew would restart
     finally:
         tfrepro.data.set_epoch(0)
     with warnings.catch_warnings():
@@ -92,27 +98,28 @@ def test_one_key_applied_twice_in_a_row_warns():
 
 
 def test_passes_while_the_clock_was_never_set_draw_anew_in_the_same_order_every_run(monkeypatch):
-    """A custom loop without set_epoch: each new iterator moves the never-set clock on by one, so
-    pass n draws epoch n's numbers (it used to draw epoch 0's every pass: the same augmentation
-    every epoch)."""
-    from tfrepro.data import pipeline_checks
+    """A custom loop without set_epoch: the n-th iterator over one dataset iterates it made again at
+    epoch n (it used to draw epoch 0's numbers every pass: the same augmentation every epoch), as a
+    loop calling set_epoch(n) would; another dataset's passes count apart. Where the pipeline cannot
+    be made again, the second pass is warned about (the symptom: the same draws)."""
     from tfrepro.determinism import epochs
 
+    monkeypatch.setattr(epochs, "_moved", False)  # a fresh custom loop: no fit, no set_epoch yet
+
     def passes():
-        monkeypatch.setattr(epochs, "_moved", False)  # a fresh custom loop: no fit, no set_epoch yet
-        monkeypatch.setattr(pipeline_checks, "_unclocked_passes", 0)
         keyed = _numbers(key="loop")
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             return [_values(keyed) for _ in range(3)]
 
-    try:
-        first = passes()
-        assert not np.array_equal(first[0], first[1]) and not np.array_equal(first[1], first[2])
-        assert all(np.array_equal(a, b) for a, b in zip(first, passes()))  # the same in every run
-        assert np.array_equal(first[2], _values(_numbers(key="loop", epoch=2)))  # pass 2: epoch 2's draws
-    finally:
-        tfrepro.data.set_epoch(0)
+    first = passes()
+    assert not np.array_equal(first[0], first[1]) and not np.array_equal(first[1], first[2])
+    assert all(np.array_equal(a, b) for a, b in zip(first, passes()))  # the same in every run
+    assert np.array_equal(first[2], _values(_numbers(key="loop", epoch=2)))  # pass 2: epoch 2's draws
+    unmade = tf.data.experimental.assert_cardinality(8)(_numbers(key="unmade"))
+    once = _values(unmade)
+    with pytest.warns(ReproducibilityWarning, match=r"a second pass over map_with_seed \(key 'unmade'\) began while"):
+        assert np.array_equal(_values(unmade), once)
 
 
 def test_keyed_draws_ask_to_be_sharded_by_element_unless_their_input_chose():

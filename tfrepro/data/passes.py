@@ -69,9 +69,9 @@ def element_seeds(seed: int, purpose: tuple[int | str, ...], epoch: Any, count: 
 
 
 _RUN = 1024
-# Set on the graph of ``repeats``' pass function: its argument is the pass's ordinal, which keys the
-# pass through its epoch, not as an element a sub-dataset is made from.
-ORDINAL_PASS = "_tfrepro_ordinal_pass"
+# Set on the graph of ``repeats``' pass function: its argument is the number that keys the pass,
+# through its epoch, not an element a sub-dataset is made from.
+REMADE_PASS = "_tfrepro_remade_pass"
 
 
 def with_cardinality_of(dataset: Any, result: Any) -> Any:
@@ -116,7 +116,7 @@ def _enclosing_arguments(tf: Any) -> Any:
     """An int64 fingerprint of the arguments of the function being traced (an ``interleave`` or
     ``flat_map`` function: the element its sub-dataset is made from), or None outside one."""
     graph = tf.compat.v1.get_default_graph()
-    if not getattr(graph, "building_function", False) or getattr(graph, ORDINAL_PASS, False):
+    if not getattr(graph, "building_function", False) or getattr(graph, REMADE_PASS, False):
         return None
     captured = {id(t) for t in getattr(graph, "internal_captures", ())}
     arguments = [t for t in graph.inputs if id(t) not in captured and t.dtype not in (tf.resource, tf.variant)]

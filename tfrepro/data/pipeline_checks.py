@@ -5,16 +5,19 @@ its seed, its key, the epoch and the element. Four ways of building on one would
 an error anywhere:
 
 - ``repeat()`` after a draw keyed by the training epoch would start every later pass ahead of
-  training, reading an epoch that races with ``fit``'s clock. It is built as passes keyed by their
-  ordinal instead (``repeats``); where the pipeline cannot be made again, it raises ``ValueError``.
+  training, reading an epoch that races with ``fit``'s clock. Its passes are keyed anew instead, in
+  the order they begin (``repeats``); where the pipeline cannot be made again, it raises
+  ``ValueError``.
 - ``cache()`` after such a draw keeps the first pass's draws for every epoch: warned about.
 - ``Dataset.zip`` of two draws with one seed and key (the same augmentation mapped twice for two
   views, two ``shuffle`` calls with the default key) gives both the same numbers, and so does a
   draw applied on top of one with the same seed and key: warned about (give each its own ``key``).
 - A custom loop that never sets the epoch clock (no ``fit``, no ``tfrepro.data.set_epoch``) would
-  draw epoch 0's numbers in every pass. Until the clock is set, each new iterator over a pipeline
-  with such draws (``Dataset.__iter__``) moves it on by one instead: pass ``n`` of the process draws
-  epoch ``n``'s numbers, in every run the same.
+  draw epoch 0's numbers in every pass. Until the clock is set, the n-th iterator over one dataset
+  with such draws (``Dataset.__iter__``) iterates the pipeline made again with its draws at epoch n
+  instead (``repeats.remade_at``): pass n of a dataset draws epoch n's numbers, as a loop that sets
+  the epoch would, in every run the same. Where the pipeline cannot be made again, the second pass
+  is warned about: it draws what the first drew.
 
 ``mark`` registers a keyed dataset; the checks walk a dataset's inputs (``DatasetV2._inputs``, a
 ``_targets`` entry) to the marked ones. They are put on ``tf.data.Dataset`` the first time a keyed
@@ -24,6 +27,7 @@ dataset is made, and cost nothing for pipelines without one.
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,14 +35,15 @@ from typing import Any
 
 from tfrepro import _targets, _tf
 from tfrepro.data import repeats
-from tfrepro.determinism import epochs
+from tfrepro.determinism import epochs, keys
 from tfrepro.errors import warn
 
 
 @dataclass(frozen=True)
 class Draw:
     """What a keyed dataset draws: ``what`` in words, its ``seed`` and ``purpose`` (its key), and
-    whether its epoch is fixed (None: the training epoch, read when each pass begins)."""
+    whether its epoch is fixed (None: the training epoch, read when each pass begins; -1: keyed
+    anew in each pass of a ``repeat()``)."""
 
     what: str
     seed: int
@@ -48,7 +53,8 @@ class Draw:
 
 _marked: weakref.WeakKeyDictionary[Any, Draw] = weakref.WeakKeyDictionary()
 _installed = False
-_unclocked_passes = 0  # iterators made over epoch-keyed draws while the clock was never set
+_install_lock = threading.Lock()
+_iterators: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # made while the clock was never set
 
 
 def mark(dataset: Any, draw: Draw, source: Any, build: Callable[[Any, Any], Any]) -> Any:
@@ -61,7 +67,9 @@ def mark(dataset: Any, draw: Draw, source: Any, build: Callable[[Any, Any], Any]
         warn(f"{draw.what} is applied to a dataset already built on a draw with the same seed and key: each element "
              "gets the same numbers twice; give the second its own key=")
     _marked[dataset] = draw
-    repeats.register_draw(dataset, source, build, racing=draw.epoch is None)
+    fixed = draw.epoch
+    repeats.register_draw(dataset, source, build if fixed is None else lambda again, _: build(again, fixed),
+                          racing=fixed is None)
     return dataset
 
 
@@ -95,10 +103,14 @@ def _dataset_ops() -> Any:
 
 def _install() -> None:
     global _installed
-    if _installed:
-        return
-    _installed = True
-    dataset = _tf.import_tf().data.Dataset
+    with _install_lock:
+        if _installed:
+            return
+        _installed = True
+        _put_in_place(_tf.import_tf().data.Dataset)
+
+
+def _put_in_place(dataset: Any) -> None:
     original_repeat, original_cache, original_iter = dataset.repeat, dataset.cache, dataset.__iter__
     original_zip = dataset.__dict__["zip"].__func__
 
@@ -112,11 +124,12 @@ def _install() -> None:
             if why is not None:
                 raise ValueError(f"repeat() after {_names(racing)} keyed by the training epoch: each later pass would "
                                  "start ahead of training and read an epoch that races with fit's clock, and tfrepro "
-                                 f"cannot key the passes by their ordinal instead: {why}; put repeat() before the "
-                                 "draw, or give it a fixed epoch=")
+                                 f"cannot key each pass anew instead: {why}; put repeat() before the draw, or give "
+                                 "it a fixed epoch=")
             if racing:
-                repeated = repeats.ordinal_passes(self, int(passes))
-                _marked[repeated] = Draw(f"repeat() of {_names(racing)}", racing[0].seed, racing[0].purpose, None)
+                seed = keys.key_words(racing[0].seed, "repeat", *racing[0].purpose)[0] % 2**31
+                repeated = repeats.keyed_passes(self, int(passes), seed, name)
+                _marked[repeated] = Draw(f"repeat() of {_names(racing)}", racing[0].seed, racing[0].purpose, -1)
                 return repeated
         return original_repeat(self, count, name=name)
 
@@ -135,7 +148,8 @@ def _install() -> None:
         by_key: dict[tuple[int, tuple[int | str, ...]], list[Draw]] = {}
         for branch in branches:
             for draw in draws_in(branch):
-                by_key.setdefault((draw.seed, draw.purpose), []).append(draw)
+                if draw.purpose[:2] != (_SEEDED_SHUFFLE, "seed"):  # TF's rule: one seed, one order (paired data)
+                    by_key.setdefault((draw.seed, draw.purpose), []).append(draw)
         shared = [draws for draws in by_key.values() if len(draws) > 1]
         if shared:
             warn(f"Dataset.zip of {len(shared[0])} datasets built on {shared[0][0].what} with one seed and key: they "
@@ -145,14 +159,27 @@ def _install() -> None:
 
     @functools.wraps(original_iter)
     def __iter__(self: Any) -> Any:
-        global _unclocked_passes
-        if not epochs.was_set() and any(draw.epoch is None for draw in draws_in(self)):
-            epochs.set_unclocked_pass(_unclocked_passes)
-            _unclocked_passes += 1
+        racing = [draw for draw in draws_in(self)
+                  if draw.epoch is None] if not epochs.was_set() and _tf.import_tf().executing_eagerly() else []
+        if racing:
+            made = _iterators.get(self, 0)
+            _iterators[self] = made + 1
+            why = repeats.why_not_repeatable(self) if made else None
+            if made and why is None:
+                return original_iter(repeats.remade_at(self, made))
+            if made:
+                warn(f"a second pass over {_names(racing)} began while the epoch clock was never set (no fit, no "
+                     f"tfrepro.data.set_epoch), and tfrepro cannot make the pipeline again at a new epoch ({why}): "
+                     "it draws what the first pass drew; in a custom training loop call "
+                     "tfrepro.data.set_epoch(epoch) before each epoch")
         return original_iter(self)
 
     dataset.repeat, dataset.cache, dataset.zip, dataset.__iter__ = repeat, cache, staticmethod(zip), __iter__
+    repeats.set_original_repeat(original_repeat)
     repeats.record_methods()
+
+
+_SEEDED_SHUFFLE = "Dataset.shuffle"  # ``dataset_shuffling.PURPOSE``, whose seeded draws pair as TF's do
 
 
 def _names(draws: list[Draw]) -> str:

@@ -50,9 +50,9 @@ def map_with_seed(dataset: Any, fn: Callable[..., Any], seed: int | None = None,
     draws can be made without the epochs before it. As for every tf.data random op, TF's global
     seed does not enter (the draws are stateless). `fn` must draw its randomness from `seed` only:
     stateful random ops in it would still run in thread order, or serially under op determinism.
-    `repeat()` after the map keys each pass by its ordinal: pass k draws epoch `e0 + k`'s numbers,
-    `e0` the epoch as the repeat's first element is made (`tfrepro.data.repeats`); `cache()`
-    after it, and `Dataset.zip` of two maps with one key, warn (`tfrepro.data.pipeline_checks`). Under a multi-worker strategy the
+    `repeat()` after the map keys each pass anew, by a number drawn as the pass begins, never by
+    the racing epoch clock (`tfrepro.data.repeats`); `cache()` after it, and `Dataset.zip` of two
+    maps with one key, warn (`tfrepro.data.pipeline_checks`). Under a multi-worker strategy the
     result is sharded by element (`AutoShardPolicy.DATA`) unless `dataset` sets a policy: every
     worker maps (and reads) the whole pass and keeps its share, so an element draws with its own
     position's seed (sharding the files would give each worker's elements the first elements'

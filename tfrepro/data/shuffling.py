@@ -21,8 +21,8 @@ def shuffle(dataset: Any, buffer_size: int, seed: int | None = None, *, key: str
     TF's global seed does not enter. (Under `tfrepro.patch`, `Dataset.shuffle` itself is this,
     keyed by its call: `tfrepro.data.dataset_shuffling`.)
 
-    `repeat()` after it keys each pass by its ordinal: pass k draws epoch `e0 + k`'s order, `e0`
-    the epoch as the repeat's first element is made (`tfrepro.data.repeats`); `cache()` after it,
+    `repeat()` after it keys each pass anew, by a number drawn as the pass begins, never by the
+    racing epoch clock (`tfrepro.data.repeats`); `cache()` after it,
     and `Dataset.zip` of two shuffles with one seed and key (one permutation), warn. Under a
     multi-worker strategy it is sharded by element (`AutoShardPolicy.DATA`) unless `dataset` sets
     a policy: every worker draws the whole pass's order and keeps its share (`FILE` raises).

@@ -71,13 +71,6 @@ def _set(epoch: int, moved: bool = True) -> None:
     tf.io.gfile.rename(written, _records_path, overwrite=True)  # a reader sees the old epoch or the new
 
 
-def set_unclocked_pass(number: int) -> None:
-    """While neither ``fit`` nor ``set_epoch`` has set the clock: the pass about to begin is the
-    process's pass ``number`` over epoch-keyed draws, and draws that epoch's numbers (see
-    ``tfrepro.data.pipeline_checks``). The clock still counts as never set."""
-    _set(number, moved=False)
-
-
 def was_set() -> bool:
     """Whether ``fit`` or ``set_epoch`` has set the clock in this process (its 0 at creation does not count)."""
     return _moved

@@ -216,7 +216,7 @@ def elementwise(x, name: str, stock: Callable, forward: Callable, derivative: Ca
 
             def gradient(dy):  # the barrier: XLA cannot re-associate a constant factor of the derivative
                 dx = _fixed.mul(tf.cast(dy, tf.float64), _fixed.barrier(derivative(v64, y64, *saved)))
-                return _fixed.first_order_only(_fixed.narrow(dx, dtype), name, dy, v)
+                return _fixed.first_order_only(_fixed.narrow(dx, dtype), name, dy, v64)
 
             return _fixed.narrow(y64, dtype), gradient
 

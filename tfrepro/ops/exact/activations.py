@@ -54,7 +54,7 @@ def _normalised(logits, axis: int, name: str, log: bool) -> tf.Tensor:
                     dx = dy - _fixed.mul(softmax, _fixed.exact_batch_sum(dy, [-1])[..., None])
                 else:  # d softmax: y * (dy - sum(dy * y))
                     dx = _fixed.mul(softmax, dy - _fixed.exact_batch_sum(_fixed.mul(dy, softmax), [-1])[..., None])
-                return _fixed.first_order_only(_fixed.narrow(dx, dtype), "a softmax", upstream, z)
+                return _fixed.first_order_only(_fixed.narrow(dx, dtype), "a softmax", upstream, softmax)
 
             return _fixed.narrow(shifted - log_total if log else softmax, dtype), gradient
 

@@ -38,14 +38,14 @@ def _with_softmax_gradient(logits, labels_prob, loss_of, labels=None):
     and, for dense ``labels``, their gradient ``-log_softmax`` (TF's)."""
     dtype = logits.dtype
 
-    def compute(z):
+    def compute(z, *label_values):
         shifted, e, total, log_total = _log_softmax_parts(z, -1)
         loss = loss_of(shifted, log_total)
 
         def logits_grad(dloss):
             softmax = e / total
             return _fixed.first_order_only(_fixed.narrow((softmax - labels_prob(z)) * tf.cast(dloss, tf.float64)[..., None],
-                                                         dtype), "a softmax cross-entropy", dloss, z)
+                                                         dtype), "a softmax cross-entropy", dloss, e, *label_values)
 
         def labels_grad(dloss):
             return -(shifted - log_total) * tf.cast(dloss, tf.float64)[..., None]
@@ -62,7 +62,7 @@ def _with_softmax_gradient(logits, labels_prob, loss_of, labels=None):
 
     @_fixed.custom_gradient
     def xent_with_labels(z, y):
-        loss, logits_grad, labels_grad = compute(z)
+        loss, logits_grad, labels_grad = compute(z, y)
         return loss, lambda dloss: (logits_grad(dloss), _fixed.narrow(labels_grad(dloss), y.dtype))
 
     return xent_with_labels(logits, labels)
@@ -150,7 +150,7 @@ def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None):
             def gradient(upstream):
                 dloss = tf.cast(upstream, tf.float64)
                 dz = _fixed.mul(sigmoid(z64) - y64, dloss)
-                return (_fixed.first_order_only(_fixed.narrow(dz, dtype), "a sigmoid cross-entropy", upstream, z, y),
+                return (_fixed.first_order_only(_fixed.narrow(dz, dtype), "a sigmoid cross-entropy", upstream, z64, y64),
                         _fixed.narrow(-_fixed.mul(z64, dloss), dtype))
 
             return _fixed.narrow(loss, dtype), gradient

@@ -95,7 +95,7 @@ def _normalise(x: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor, gamma: tf.Ten
 
         def gradient(upstream):
             dy = tf.cast(upstream, tf.float64)
-            sources = (upstream, v, *weights)
+            sources = (upstream, xhat, *[t for t in (g, b) if t is not None])  # what the gradient reads
             gdy = dy if g is None else _fixed.mul(dy, g)
             if training:
                 mean_g = _fixed.mul(_row_sum(gdy, axes, batch_replicas), inverse_n)
