@@ -102,8 +102,9 @@ def test_unmodified_script_under_tfrepro_run_checkpoint_resumes_exactly(tmp_path
     said = [line for line in proc.stderr.splitlines() if line.startswith("tfrepro: resumed")]
     # Dataset.shuffle is keyed under patch (tfrepro run's too); the script's own Dataset.random is not
     assert said == [f"tfrepro: resumed from {newest}: epoch 2, batch 0, 20 batches trained; replaying the input of "
-                    "the 2 epochs before: the training input: a Dataset.random draws each pass by how many passes "
-                    "came before (use tfrepro.data.map_with_seed)"]
+                    "the 2 epochs before: the training input: a Dataset.random (or a repeat() after a keyed draw) "
+                    "draws each pass by how many passes came before (use tfrepro.data.map_with_seed, and no repeat() "
+                    "after it)"]
 
 
 def test_a_custom_loop_under_tfrepro_run_checkpoint_resumes_mid_epoch_exactly(tmp_path):

@@ -51,7 +51,7 @@ def test_repeat_after_a_draw_keyed_by_the_training_epoch_keys_each_pass_anew_and
         with pytest.raises(ValueError, match=r"repeat\(\) after tfrepro.data.shuffle \(key 'shuffle'\) .* races with "
                                              r"fit's clock.* made by _AssertCardinalityDataset"):
             tf.data.experimental.assert_cardinality(8)(shuffled).repeat(2)
-        with pytest.raises(ValueError, match=r"TF's own Dataset.shuffle \(a new one in each pass would repeat"):
+        with pytest.raises(ValueError, match=r"TF's own reshuffling Dataset.shuffle \(a new one in each pass would repeat"):
             shuffled.shuffle(8).repeat(2)  # no patch: TF's shuffle, which a pass made anew would restart
     finally:
         tfrepro.data.set_epoch(0)
@@ -61,6 +61,34 @@ def test_repeat_after_a_draw_keyed_by_the_training_epoch_keys_each_pass_anew_and
         _numbers(key="aug", epoch=4).repeat()  # a fixed epoch reads no clock
         data = tf.data.Dataset.range(8).repeat()  # repeat() before the draw: one endless pass
         tfrepro.data.map_with_seed(data, lambda x, s: x, seed=1, key="after").take(3)
+
+
+def test_a_repeat_keys_draws_made_in_its_functions_too_and_restarts_nothing_tf_would_not():
+    """An interleave whose sub-datasets are keyed by the training epoch reads the clock as each
+    sub-dataset starts: under repeat() that races too, so its passes are made again with the
+    interleave's function traced inside them, its draws at the pass's number. Steps that start over
+    in TF too (a shuffle that does not reshuffle, sample_from_datasets) are not refused."""
+    def files():
+        return tf.data.Dataset.range(2).interleave(lambda f: _numbers(key=f"file").map(lambda x: x + tf.cast(
+            f, tf.float32) * 100), cycle_length=2)
+
+    def passes(clock_then):
+        tfrepro.data.set_epoch(1)
+        iterator = iter(files().batch(4).repeat(2))
+        got = [next(iterator)]
+        tfrepro.data.set_epoch(clock_then)
+        return np.concatenate(got + list(iterator))
+
+    try:
+        first = passes(9)
+        assert first.tobytes() == passes(2).tobytes() and first.shape == (32,)
+        assert not np.array_equal(first[:16], first[16:])
+        plain = tf.data.Dataset.range(8)
+        _values(_numbers(key="still").shuffle(8, reshuffle_each_iteration=False).repeat(2))
+        _values(tf.data.Dataset.sample_from_datasets([_numbers(key="a"), _numbers(key="b")], seed=1).repeat(2))
+        _values(tf.data.Dataset.zip((_numbers(key="z"), plain)).repeat(2))
+    finally:
+        tfrepro.data.set_epoch(0)
 
 
 def test_cache_after_a_keyed_draw_warns_and_would_freeze_its_first_epoch():
@@ -98,15 +126,17 @@ def test_one_key_applied_twice_in_a_row_warns():
 
 
 def test_passes_while_the_clock_was_never_set_draw_anew_in_the_same_order_every_run(monkeypatch):
-    """A custom loop without set_epoch: the n-th iterator over one dataset iterates it made again at
-    epoch n (it used to draw epoch 0's numbers every pass: the same augmentation every epoch), as a
-    loop calling set_epoch(n) would; another dataset's passes count apart. Where the pipeline cannot
+    """A custom loop without set_epoch: the n-th iterator over the same draws iterates the pipeline
+    made again at epoch n (it used to draw epoch 0's numbers every pass: the same augmentation every
+    epoch), as a loop calling set_epoch(n) would; other draws count apart. Where the pipeline cannot
     be made again, the second pass is warned about (the symptom: the same draws)."""
+    from tfrepro.data import pipeline_checks
     from tfrepro.determinism import epochs
 
     monkeypatch.setattr(epochs, "_moved", False)  # a fresh custom loop: no fit, no set_epoch yet
 
     def passes():
+        monkeypatch.setattr(pipeline_checks, "_passes", {})  # as in a fresh process
         keyed = _numbers(key="loop")
         with warnings.catch_warnings():
             warnings.simplefilter("error")

@@ -32,6 +32,12 @@ keyed = pipeline(4)  # the epoch clock first made inside interleave's function: 
 assert why_not_addressable(keyed) is None, why_not_addressable(keyed)
 for _ in keyed:
     pass
+# Dataset.shuffle keyed by patch, a draw of a fixed epoch in an interleave, and repeat() after them
+fixed = tf.data.Dataset.range(2).interleave(lambda f: tfrepro.data.map_with_seed(
+    tf.data.Dataset.range(8), lambda x, seed: x, key="fixed", epoch=3), num_parallel_calls=2, deterministic=True)
+repeated = tf.data.Dataset.range(64).shuffle(64).map(lambda x: x * 2, num_parallel_calls=4).batch(8).repeat(2)
+for _ in tf.data.Dataset.zip((repeated, fixed.batch(8).repeat())).prefetch(2):
+    pass
 os.write(2, b"-- fit's shuffle of arrays --\\n")
 import numpy as np
 keras = tf.keras

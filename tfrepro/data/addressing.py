@@ -60,7 +60,8 @@ def why_not_addressable(dataset: Any, graph: Any = None) -> str | None:
         if node.op in _RESHUFFLING and ("reshuffle_each_iteration" not in attrs or attrs["reshuffle_each_iteration"].b):
             return "a Dataset.shuffle reshuffles each pass by how many passes came before (use tfrepro.data.shuffle)"
         if node.op in _RANDOM_DATASETS and "rerandomize_each_iteration" in attrs and attrs["rerandomize_each_iteration"].b:
-            return "a Dataset.random draws each pass by how many passes came before (use tfrepro.data.map_with_seed)"
+            return ("a Dataset.random (or a repeat() after a keyed draw) draws each pass by how many passes came "
+                    "before (use tfrepro.data.map_with_seed, and no repeat() after it)")
         if node.op in _STATE_UPDATES and id(node) in function_nodes:
             return f"it updates state that outlives a pass ({node.op}: a tf.random.Generator or a variable)"
     return None

@@ -10,8 +10,9 @@ is given (else the place of the call: module, function and line), and the epoch 
 draws epoch E's order directly. As with TF, one ``seed`` gives one order: two datasets of one
 length shuffled with ``seed=7`` stay paired; and a ``seed`` keeps the order when the code around
 the call moves (a key from the place changes with the line, the module's import name, a notebook
-cell's position). ``repeat()`` after it keys each pass anew (``repeats``); a custom loop that never
-sets the epoch draws anew with each iterator (``pipeline_checks``).
+cell's position; one line called for several datasets of one length gives them one permutation).
+``repeat()`` after it keys each pass anew (``repeats``); a custom loop that never sets the epoch
+draws anew with each pass over the same draws (``pipeline_checks``).
 
 Left as TF's: ``reshuffle_each_iteration=False`` (each pass restarts the one order: addressable as
 it is), a buffer size not known as the pipeline is built, a dataset whose auto-shard policy is
@@ -36,7 +37,7 @@ from tfrepro.determinism import state
 log = logging.getLogger("tfrepro")
 PURPOSE = "Dataset.shuffle"
 # Callers whose shuffles stay TF's: TF itself (``Dataset.list_files``), Keras's fit adapters.
-_LEFT_TO_TF = ("tensorflow.", "tf_keras.src.engine.data_adapter", "keras.src.trainers.data_adapters")
+_LEFT_TO_TF = "tensorflow."
 _hooked = False
 
 
@@ -93,7 +94,7 @@ def _call_site() -> str | None:
     if frame is None:
         return None
     module = frame.f_globals.get("__name__", "")
-    if module.startswith(_LEFT_TO_TF):
+    if module.startswith(_LEFT_TO_TF) or "data_adapter" in module:  # Keras's fit adapters, each Keras's name
         return None
     code = frame.f_code
     return f"{module}.{getattr(code, 'co_qualname', code.co_name)}:{frame.f_lineno}"

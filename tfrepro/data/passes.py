@@ -40,8 +40,21 @@ def pass_key(seed: int, purpose: tuple[int | str, ...], epoch: Any) -> Any:
     ``repeats``)."""
     tf = _tf.import_tf()
     base = _base_key(tf, seed, purpose)
-    epoch_now = epochs.records() if epoch is None else tf.data.Dataset.from_tensors(tf.cast(epoch, tf.int64))
+    if epoch is None:
+        epoch = remade_epoch()
+    # A fixed epoch from a range, not from_tensors: TF's make_deterministic rewrite takes TensorDataset
+    # in a tf.data function for state, and would make the whole pipeline sequential under op determinism.
+    epoch_now = epochs.records() if epoch is None else tf.data.Dataset.range(1).map(lambda _: tf.cast(epoch, tf.int64))
     return epoch_now.map(lambda e: keys.fold_in(base, e))
+
+
+def remade_epoch() -> Any:
+    """The epoch of the pass being made again (``repeats``), or None: draws keyed by the training
+    epoch that are made inside it (in an ``interleave`` function of the pipeline, say) take it."""
+    return _remade_epochs[-1] if _remade_epochs else None
+
+
+_remade_epochs: list[Any] = []  # a stack: the passes being made again, innermost last
 
 
 def element_seeds(seed: int, purpose: tuple[int | str, ...], epoch: Any, count: int | None = None,

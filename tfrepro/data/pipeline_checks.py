@@ -13,10 +13,10 @@ an error anywhere:
   views, two ``shuffle`` calls with the default key) gives both the same numbers, and so does a
   draw applied on top of one with the same seed and key: warned about (give each its own ``key``).
 - A custom loop that never sets the epoch clock (no ``fit``, no ``tfrepro.data.set_epoch``) would
-  draw epoch 0's numbers in every pass. Until the clock is set, the n-th iterator over one dataset
-  with such draws (``Dataset.__iter__``) iterates the pipeline made again with its draws at epoch n
-  instead (``repeats.remade_at``): pass n of a dataset draws epoch n's numbers, as a loop that sets
-  the epoch would, in every run the same. Where the pipeline cannot be made again, the second pass
+  draw epoch 0's numbers in every pass. Until the clock is set, the n-th iterator over datasets
+  built on the same such draws (``Dataset.__iter__``; a ``take(1)`` to peek counts) iterates the
+  pipeline made again with its draws at epoch n instead (``repeats.remade_at``): pass n draws epoch
+  n's numbers, as a loop that sets the epoch would, in every run the same. Where the pipeline cannot be made again, the second pass
   is warned about: it draws what the first drew.
 
 ``mark`` registers a keyed dataset; the checks walk a dataset's inputs (``DatasetV2._inputs``, a
@@ -54,7 +54,7 @@ class Draw:
 _marked: weakref.WeakKeyDictionary[Any, Draw] = weakref.WeakKeyDictionary()
 _installed = False
 _install_lock = threading.Lock()
-_iterators: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # made while the clock was never set
+_passes: dict[tuple[str, ...], int] = {}  # iterators made over each set of racing draws while the clock was never set
 
 
 def mark(dataset: Any, draw: Draw, source: Any, build: Callable[[Any, Any], Any]) -> Any:
@@ -67,6 +67,9 @@ def mark(dataset: Any, draw: Draw, source: Any, build: Callable[[Any, Any], Any]
         warn(f"{draw.what} is applied to a dataset already built on a draw with the same seed and key: each element "
              "gets the same numbers twice; give the second its own key=")
     _marked[dataset] = draw
+    graph = _tf.import_tf().compat.v1.get_default_graph()
+    if draw.epoch is None and getattr(graph, "building_function", False):  # in an interleave's function, say
+        setattr(graph, repeats.DRAWS, (*getattr(graph, repeats.DRAWS, ()), draw))
     fixed = draw.epoch
     repeats.register_draw(dataset, source, build if fixed is None else lambda again, _: build(again, fixed),
                           racing=fixed is None)
@@ -84,9 +87,9 @@ def draws_in(dataset: Any) -> list[Draw]:
         if id(current) in seen:
             continue
         seen.add(id(current))
-        draw = _marked.get(current)
-        if draw is not None and draw not in found:
-            found.append(draw)
+        for draw in [_marked.get(current), *repeats.clock_draws_in_functions(current)]:
+            if draw is not None and draw not in found:
+                found.append(draw)
         if walkable:
             try:
                 stack.extend(current._inputs())
@@ -162,8 +165,9 @@ def _put_in_place(dataset: Any) -> None:
         racing = [draw for draw in draws_in(self)
                   if draw.epoch is None] if not epochs.was_set() and _tf.import_tf().executing_eagerly() else []
         if racing:
-            made = _iterators.get(self, 0)
-            _iterators[self] = made + 1
+            drawn = tuple(sorted(repr((draw.seed, draw.purpose)) for draw in racing))
+            made = _passes.get(drawn, 0)
+            _passes[drawn] = made + 1
             why = repeats.why_not_repeatable(self) if made else None
             if made and why is None:
                 return original_iter(repeats.remade_at(self, made))

@@ -40,9 +40,6 @@ _METHODS = ("apply", "batch", "bucket_by_sequence_length", "cache", "concatenate
             "ragged_batch", "rebatch", "repeat", "scan", "shard", "shuffle", "skip", "sparse_batch", "take",
             "take_while", "unbatch", "unique", "window", "with_options")
 _STATIC_METHODS = ("zip", "choose_from_datasets", "sample_from_datasets")
-# Steps that draw by the passes of themselves before: made again in each pass, they would start over.
-_RESTARTING = {"shuffle": "TF's own Dataset.shuffle (a new one in each pass would repeat its first order)",
-               "sample_from_datasets": "Dataset.sample_from_datasets (a new one in each pass would repeat its draws)"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +57,31 @@ class _Made:
 
 _made: weakref.WeakKeyDictionary[Any, _Made] = weakref.WeakKeyDictionary()
 _installed = False
+
+
+def _restarting(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Why a recorded step, made again in each pass, would start its own draws over (TF's reshuffling
+    ``shuffle``, a rerandomised ``sample_from_datasets``), or None."""
+    if name == "shuffle":
+        reshuffle = kwargs.get("reshuffle_each_iteration", args[3] if len(args) > 3 else None)
+        if reshuffle is None or reshuffle:
+            return "TF's own reshuffling Dataset.shuffle (a new one in each pass would repeat its first order)"
+    if name == "sample_from_datasets" and kwargs.get("rerandomize_each_iteration", args[4] if len(args) > 4 else None):
+        return "a rerandomised Dataset.sample_from_datasets (a new one in each pass would repeat its draws)"
+    return None
+
+
+def clock_draws_in_functions(dataset: Any) -> list[Any]:
+    """The draws keyed by the training epoch that ``dataset``'s own functions make (an
+    ``interleave``'s sub-datasets): each pass of a sub-dataset reads the clock as it starts."""
+    try:
+        wrappers = dataset._functions()  # DatasetV2._functions: no public equivalent
+    except (AttributeError, NotImplementedError, TypeError):
+        return []
+    return [draw for wrapper in wrappers for draw in getattr(getattr(wrapper.function, "graph", None), DRAWS, ())]
+
+
+DRAWS = "_tfrepro_clock_draws"  # on a tf.data function's graph: the draws keyed by the training epoch made in it
 
 
 def register_draw(dataset: Any, source: Any, build: Callable[[Any, Any], Any], racing: bool) -> None:
@@ -93,9 +115,12 @@ def why_not_repeatable(dataset: Any) -> str | None:
 
 def keyed_passes(dataset: Any, count: int, seed: int, name: Any = None) -> Any:
     """TF's ``repeat(count)`` (``count`` < 0: endless) of ``dataset`` made again for each pass, its
-    draws keyed by a number ``Dataset.random(seed)`` draws as the pass begins."""
+    draws keyed by a 64-bit number ``Dataset.random(seed)`` draws as the pass begins."""
     tf = _tf.import_tf()
-    numbers = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(1)
+    if tf.get_static_value(dataset.cardinality()) == 0:
+        return _original_repeat(dataset, count, name)
+    halves = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2).take(1)
+    numbers = halves.map(lambda pair: pair[0] * 2**32 + pair[1])
 
     def one_pass(number: Any) -> Any:
         setattr(tf.compat.v1.get_default_graph(), passes.REMADE_PASS, True)
@@ -108,8 +133,7 @@ def keyed_passes(dataset: Any, count: int, seed: int, name: Any = None) -> Any:
         repeated = repeated.apply(tf.data.experimental.assert_cardinality(tf.constant(total, tf.int64)))
     if not getattr(tf.compat.v1.get_default_graph(), "building_function", False):  # a repeat inside a pass: the
         repeated = repeated.with_options(dataset.options())  # enclosing pipeline's options hold
-    _made[repeated] = _Made((dataset,), lambda remade, epoch: keyed_passes(remade(dataset), count, seed, name))
-    return repeated
+    return repeated  # keyed by its own numbers, not the clock: a pass made again takes it as it is
 
 
 def remade_at(dataset: Any, epoch: int) -> Any:
@@ -129,7 +153,11 @@ def _remake(dataset: Any, epoch: Any) -> Any:
             remade[id(current)] = made.remake(remake, epoch)
         return remade[id(current)]
 
-    return remake(dataset)
+    passes._remade_epochs.append(epoch)  # draws made inside the pass's functions take its epoch
+    try:
+        return remake(dataset)
+    finally:
+        passes._remade_epochs.pop()
 
 
 def _inputs(dataset: Any) -> list[Any]:
@@ -175,13 +203,15 @@ def _recording(method: Callable[..., Any], tf: Any) -> Callable[..., Any]:
         result = method(*args, **kwargs)
         arguments = (args, kwargs)
         inputs = [d for d in tf.nest.flatten(arguments) if isinstance(d, tf.data.Dataset)]
-        if isinstance(result, tf.data.Dataset) and result not in _made and any(d in _made for d in inputs):
+        inside = isinstance(result, tf.data.Dataset) and bool(clock_draws_in_functions(result))
+        if isinstance(result, tf.data.Dataset) and result not in _made and (inside or any(d in _made for d in inputs)):
             def remake(remade: Callable[[Any], Any], epoch: Any) -> Any:
                 again_args, again_kwargs = tf.nest.map_structure(
                     lambda d: remade(d) if isinstance(d, tf.data.Dataset) else d, arguments)
                 return method(*again_args, **again_kwargs)
 
-            _made[result] = _Made(tuple(inputs), remake, why_not=_RESTARTING.get(method.__name__))
+            _made[result] = _Made(tuple(inputs), remake, racing=inside,
+                                  why_not=_restarting(method.__name__, args, kwargs))
         return result
 
     return recorded
