@@ -63,6 +63,8 @@ def test_the_seed_argument_or_else_the_call_site_keys_the_order():
             warnings.simplefilter("error")
             pairs = list(tf.data.Dataset.zip((features.shuffle(12, seed=7), labels.shuffle(12, seed=7)))
                          .as_numpy_iterator())
+        with pytest.warns(tfrepro.ReproducibilityWarning, match="give the second its own seed="):  # not key=
+            tf.data.Dataset.range(12).shuffle(12).shuffle(6)  # one line, one key: the same permutation twice
     with tfrepro.patched(4):
         other_patch_seed = _order(_shuffled())
     assert here != there  # two calls: two keys

@@ -65,7 +65,7 @@ def mark(dataset: Any, draw: Draw, source: Any, build: Callable[[Any, Any], Any]
     _install()
     if any((earlier.seed, earlier.purpose) == (draw.seed, draw.purpose) for earlier in draws_in(source)):
         warn(f"{draw.what} is applied to a dataset already built on a draw with the same seed and key: each element "
-             "gets the same numbers twice; give the second its own key=")
+             f"gets the same numbers twice; give the second its own {_key_argument(draw)}")
     _marked[dataset] = draw
     graph = _tf.import_tf().compat.v1.get_default_graph()
     if draw.epoch is None and getattr(graph, "building_function", False):  # in an interleave's function, say
@@ -127,8 +127,9 @@ def _put_in_place(dataset: Any) -> None:
             if why is not None:
                 raise ValueError(f"repeat() after {_names(racing)} keyed by the training epoch: each later pass would "
                                  "start ahead of training and read an epoch that races with fit's clock, and tfrepro "
-                                 f"cannot key each pass anew instead: {why}; put repeat() before the draw, or give "
-                                 "it a fixed epoch=")
+                                 f"cannot key each pass anew instead: {why}; put repeat() before the draw, apply a "
+                                 "transformation function with Dataset.apply (which tfrepro records), or give a "
+                                 "tfrepro.data draw a fixed epoch=")
             if racing:
                 seed = keys.key_words(racing[0].seed, "repeat", *racing[0].purpose)[0] % 2**31
                 repeated = repeats.keyed_passes(self, int(passes), seed, name)
@@ -157,7 +158,7 @@ def _put_in_place(dataset: Any) -> None:
         if shared:
             warn(f"Dataset.zip of {len(shared[0])} datasets built on {shared[0][0].what} with one seed and key: they "
                  "draw the same numbers (the same permutation, the same augmentation); if they should differ, give "
-                 "each its own key=")
+                 f"each its own {_key_argument(shared[0][0])}")
         return original_zip(*args, **kwargs)
 
     @functools.wraps(original_iter)
@@ -184,6 +185,11 @@ def _put_in_place(dataset: Any) -> None:
 
 
 _SEEDED_SHUFFLE = "Dataset.shuffle"  # ``dataset_shuffling.PURPOSE``, whose seeded draws pair as TF's do
+
+
+def _key_argument(draw: Draw) -> str:
+    """What keys ``draw`` apart: ``key=`` for tfrepro.data's draws, ``seed=`` for a ``Dataset.shuffle``."""
+    return "seed=" if draw.purpose[0] == _SEEDED_SHUFFLE else "key="
 
 
 def _names(draws: list[Draw]) -> str:

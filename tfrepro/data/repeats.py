@@ -105,8 +105,8 @@ def why_not_repeatable(dataset: Any) -> str | None:
             found[id(current)] = (made is not None and made.racing) or any(from_draws)
             if found[id(current)] and (made is None or made.why_not is not None):
                 missing.append(made.why_not if made is not None else
-                               f"it is made by {type(current).__name__}, not by a tf.data.Dataset method that "
-                               f"tfrepro records ({', '.join(_METHODS + _STATIC_METHODS)})")
+                               f"it is made by {type(current).__name__}, not by a tf.data.Dataset method (tfrepro "
+                               "records those, and Dataset.apply's)")
         return found[id(current)]
 
     needs(dataset)
