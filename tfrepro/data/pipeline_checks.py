@@ -16,8 +16,8 @@ an error anywhere:
   draw epoch 0's numbers in every pass. Until the clock is set, the n-th iterator over datasets
   built on the same such draws (``Dataset.__iter__``; a ``take(1)`` to peek counts) iterates the
   pipeline made again with its draws at epoch n instead (``repeats.remade_at``): pass n draws epoch
-  n's numbers, as a loop that sets the epoch would, in every run the same. Where the pipeline cannot be made again, the second pass
-  is warned about: it draws what the first drew.
+  n's numbers, as a loop that sets the epoch would, in every run the same. Where the pipeline cannot
+  be made again, the second pass is warned about: it draws what the first drew.
 
 ``mark`` registers a keyed dataset; the checks walk a dataset's inputs (``DatasetV2._inputs``, a
 ``_targets`` entry) to the marked ones. They are put on ``tf.data.Dataset`` the first time a keyed

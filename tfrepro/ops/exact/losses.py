@@ -150,7 +150,8 @@ def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None):
             def gradient(upstream):
                 dloss = tf.cast(upstream, tf.float64)
                 dz = _fixed.mul(sigmoid(z64) - y64, dloss)
-                return (_fixed.first_order_only(_fixed.narrow(dz, dtype), "a sigmoid cross-entropy", upstream, z64, y64),
+                return (_fixed.first_order_only(_fixed.narrow(dz, dtype), "a sigmoid cross-entropy", upstream, z64,
+                                                y64),
                         _fixed.narrow(-_fixed.mul(z64, dloss), dtype))
 
             return _fixed.narrow(loss, dtype), gradient
