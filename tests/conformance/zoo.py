@@ -8,7 +8,9 @@ pattern, a SHA-256 of every variable the run trained (model and optimizer), and 
 Python's, NumPy's and TensorFlow's global RNGs, so two runs agree only if they computed the same.
 ``ZOO_PLANT=1`` inserts a layer named ``culprit`` whose kernel gradient gets noise from OS entropy
 (a CPU stand-in for GPU atomics). ``ZOO_KILL_AT=N`` kills the process with SIGKILL
-after the N-th optimizer step; ``ZOO_SKIP=a,b`` leaves patterns out of ``all``. Each pattern builds its model the way the keras-io examples do.
+after the N-th optimizer step; ``ZOO_SKIP=a,b`` leaves patterns out of ``all``; ``ZOO_RESET=S`` clears
+Keras's state and seeds every RNG with S (``tfrepro.seed_everything``) before each pattern, so that a
+pattern computes the same in ``all`` as alone. Each pattern builds its model the way the keras-io examples do.
 ``ZOO_FIRST_IMPORT=keras`` makes Keras (tf_keras under ``TF_USE_LEGACY_KERAS=1``) the process's first
 import, before TensorFlow. ``ZOO_STRATEGY=multi-worker`` builds and trains every ``fit`` pattern in the scope of a
 ``MultiWorkerMirroredStrategy`` over the ``TF_CONFIG`` cluster (the custom loops, which do not call
@@ -530,6 +532,11 @@ def trained_variables(model):
 
 def train(pattern, epochs):
     """Train one pattern and append its result line to ``ZOO_RESULTS``."""
+    if os.environ.get("ZOO_RESET"):  # as if the pattern were the process's first: Keras's state cleared, RNGs seeded
+        import tfrepro
+
+        keras.backend.clear_session()
+        tfrepro.seed_everything(int(os.environ["ZOO_RESET"]))
     in_scope = STRATEGY is not None and pattern not in LOOPS
     try:
         with STRATEGY.scope() if in_scope else contextlib.nullcontext():

@@ -23,8 +23,9 @@
 - every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads.
 
 On Keras 2 (tf-keras) the activations, the negative controls and the elementwise check are left to
-Keras 3 (TF's ops and kernels, the same under either Keras), as is the CNN with Dropout (Keras 2's is
-the zoo's ``cnn_dropout``, in its exact column), and, without XLA, the CNN's, the autoencoder's and
+Keras 3 (TF's ops and kernels, the same under either Keras), as are the CNN with Dropout and the
+Transformer on one device (Keras 2's are the zoo's ``cnn_dropout`` and ``transformer``, in its exact
+column: 1 thread and oneDNN off, 2 threads and oneDNN on), and, without XLA, the CNN's, the autoencoder's and
 the ResNet's two runs flip threads, oneDNN and the replica count. Each run is audited (``tfrepro.ops.exact.coverage``) and fails if the audit names an op.
 """
 
@@ -66,7 +67,7 @@ ONE_DEVICE_NO_JIT = ["--threads", "2", "--onednn", "on"] if KERAS2 else ["--thre
 ONE_DEVICE = [*ONE_DEVICE_NO_JIT, *JIT]
 TWO_REPLICAS = ["--threads", "1", "--onednn", "off"] if KERAS2 else ["--threads", "2", "--onednn", "on"]
 RUNS = {
-    # Keras 2's CNN with Dropout: the zoo's exact column (its cnn_dropout: 1 thread, and 2 threads with oneDNN off)
+    # Keras 2's CNN with Dropout: the zoo's exact column (cnn_dropout: 1 thread and oneDNN off, 2 threads and on)
     **({} if KERAS2 else {"base": ["--threads", "2", "--onednn", "on"],
                           "threads1_onednn_off": ["--threads", "1", "--onednn", "off"]}),
     **({} if KERAS2 or not CNN_XLA else {"xla": ["--threads", "2", "--onednn", "on", "--jit", "--no-activations"],
@@ -84,8 +85,9 @@ RUNS = {
     # keras-io's Transformer classifier (issue #33): threads, oneDNN and XLA; its Embedding's sparse
     # gradient is refused by name on two replicas
     # (its axes at once: threads, oneDNN and, on Keras 3, XLA; each changes no bit, so together they change none)
-    "transformer": [*TRANSFORMER, "--threads", "2", "--onednn", "on"],
-    "transformer_axes": [*TRANSFORMER, "--threads", "1", "--onednn", "off", *JIT],
+    # (Keras 2's without XLA: the zoo's transformer, in its exact column, flips threads and oneDNN)
+    **({} if KERAS2 else {"transformer": [*TRANSFORMER, "--threads", "2", "--onednn", "on"],
+                          "transformer_axes": [*TRANSFORMER, "--threads", "1", "--onednn", "off", *JIT]}),
     "transformer_mirrored": [*TRANSFORMER, "--no-dropout", "--replicas", "2", "--steps", "1"],
     # a UNet-style autoencoder (transposed convolutions, a skip connection): every axis, replicas too
     "autoencoder": [*AUTOENCODER, *ONE_DEVICE],
@@ -121,7 +123,8 @@ _VARIANTS = {"threads1_onednn_off": "base", "xla": "xla_base", "transformer_axes
 
 
 @pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.skipif(
-    v not in RUNS, reason="XLA's runs are Keras 3's, as are the LSTM and the CNN with Dropout; the CNN's XLA run by TFREPRO_CNN_XLA=1 (RUNS)"))
+    v not in RUNS, reason="XLA's runs are Keras 3's, as are the LSTM and, on one device, the CNN with Dropout and the "
+           "Transformer; the CNN's XLA run by TFREPRO_CNN_XLA=1 (RUNS)"))
     for v in _VARIANTS])
 def test_the_exact_tier_gives_the_same_weights(trained, variant):
     base = trained[_VARIANTS[variant]]
