@@ -83,6 +83,7 @@ _BREAKS = {
                  "multiply-add and refuses the model",
     "gru_cell": "GRUCell's step runs Keras's own arithmetic under the exact tier: its audit names the "
                 "multiply-adds and refuses the model",
+    "lstm_call": "LSTMCell's step runs op by op under the exact tier, not as one kernel: the same bits, slower",
     "model_supports_jit": 'compile(jit_compile="auto") may choose XLA under op determinism',
     "trainer_build": "MultiWorkerMirroredStrategy training is not repaired: workers can diverge",
     "trainer_reduce": "MultiWorkerMirroredStrategy metrics are not averaged across workers",
@@ -121,7 +122,8 @@ INVENTORY: tuple[Target, ...] = (
         "batch_norm_call": (_K3 + "layers.normalization.batch_normalization", "BatchNormalization.call"),
         "lstm_cell": (_K3 + "layers.rnn.lstm", "LSTMCell._compute_carry_and_output_fused")}),
     # the tier's GRU step is Keras's own, rewritten: only where it was compared with Keras's bit for bit
-    *_family("keras3", "keras", ((3, 15), (3, 17)), {"gru_cell": (_K3 + "layers.rnn.gru", "GRUCell.call")}),
+    *_family("keras3", "keras", ((3, 15), (3, 17)), {"gru_cell": (_K3 + "layers.rnn.gru", "GRUCell.call"),
+                                                     "lstm_call": (_K3 + "layers.rnn.lstm", "LSTMCell.call")}),
     *_family("keras3", "keras", ((3, 3), (3, 16)), {
         "trainer_build": (_TRAINER, "TensorFlowTrainer._maybe_symbolic_build")}),
     *_family("keras3.16", "keras", ((3, 16), None), {"trainer_build": (_TRAINER, "Trainer._maybe_symbolic_build")}),

@@ -1,6 +1,7 @@
 """The exact tier's recurrent cells (``tfrepro.ops.exact.recurrent``), in one process: the carry's
 sum of products is the same bits compiled by XLA and not, the float64 sum of the exact products rounded,
-and its gradient is TF's products bit for bit; Keras 3's ``LSTM`` trains under ``patch(ops="exact")``
+and its gradient is TF's products bit for bit; a Keras 3 LSTM step in one kernel gives the bits of
+the tier's ops one by one; Keras 3's ``LSTM`` trains under ``patch(ops="exact")``
 with a clean audit, and tf-keras's, which runs its own traced step, is named before the first step
 (the fresh-process runs across threads, oneDNN and XLA are in ``test_exact_training.py``)."""
 
@@ -57,6 +58,57 @@ def test_keras_lstm_trains_with_a_clean_audit_or_is_named_by_its_traced_step(ker
             model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
             model.fit(x, RNG.integers(0, 2, 40), batch_size=16, epochs=1, verbose=0)
             assert "every op covered" in str(tfrepro.status())
+
+
+def test_a_keras3_lstm_steps_in_one_kernel_with_the_bits_of_the_tiers_ops_one_by_one(keras, monkeypatch):
+    """``lstm_step`` (one XLA kernel forward, one backward) against the same cell with its elementwise
+    part as the tier's ops one by one: the outputs and every gradient, bit for bit, with XLA off and
+    on; gates driven into both tails, input dropout, both directions of a Bidirectional layer."""
+    if not keras.__version__.startswith("3"):
+        pytest.skip("Keras 3's LSTMCell: tf-keras's layer runs its own traced step (named by the audit)")
+    x = RNG.standard_normal((16, 7, 5)).astype(np.float32) * 3
+    x[::4] *= 30  # saturated gates: sigmoid and tanh in their tails
+    x, head = tf.constant(x), tf.constant(RNG.standard_normal((12, 3)).astype(np.float32))
+
+    def run(one_kernel: bool, jit: bool) -> list[bytes]:
+        if not one_kernel:
+            monkeypatch.setattr(recurrent, "_one_kernel", lambda *args: False)
+        keras.utils.set_random_seed(1)
+        layer = keras.layers.Bidirectional(keras.layers.LSTM(6, return_sequences=True, dropout=0.2))
+        layer(x[:1])
+
+        @tf.function(jit_compile=jit)
+        def step(x):
+            with tf.GradientTape() as tape:
+                y = layer(x, training=True)  # a product's gradient would feed the step's add (named)
+                loss = tf.reduce_sum(tf.linalg.matmul(tf.reshape(y, [-1, 12]), head))
+            return y, tape.gradient(loss, layer.trainable_variables)
+
+        try:
+            y, gradients = step(x)
+        finally:
+            monkeypatch.undo()
+        return [bits(v) for v in (y, *gradients)]
+
+    with tfrepro.patched(0, ops="exact"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for jit in (False, True):
+            assert run(True, jit) == run(False, jit)
+        assert recurrent._one_kernel is not None
+
+
+def test_a_second_order_gradient_through_an_lstm_step_is_refused_by_name():
+    z, c = (tf.constant(RNG.standard_normal(shape).astype(np.float32)) for shape in ((4, 12), (4, 3)))
+    with tf.GradientTape() as outer:
+        outer.watch(z)
+        with tf.GradientTape() as inner:
+            inner.watch(z)
+            h, _ = recurrent.lstm_step(z, c)
+        dz = inner.gradient(h, z)
+    with pytest.raises(NotImplementedError, match="second-order gradient through an LSTM cell"):
+        outer.gradient(dz, z)
+    with pytest.raises(TypeError, match="lstm_step takes float32"):
+        recurrent.lstm_step(tf.cast(z, tf.float16), tf.cast(c, tf.float16))
 
 
 def test_the_carry_takes_one_dtype_and_shape():

@@ -5,7 +5,10 @@ dtype, its gradient four single products. The cell's matrix products, bias adds 
 already; the output ``h = o * tanh(c)`` is a product alone, passed on through ``_fixed.barrier``
 so that no compiler can fuse it into an add that reads it (XLA inlines a one-step loop). So an LSTM
 trained under ``patch(ops="exact")`` gives the same bits across threads, oneDNN and XLA (tested,
-fresh processes).
+fresh processes). For float32 (Keras's implementation 2, its default), everything after the
+matrix products runs as ``lstm_step``, one XLA kernel forward and one backward, with the bits of
+those ops one by one (tested): a step in the layer's loop pays two kernels' fixed cost, not some
+sixty ops' (``bench/exact_cost.py --model lstm``: 12.3x ``"auto"``'s epoch before, 7.8x after).
 
 Not covered, and left to Keras's own code (which the audit then names): tf-keras's LSTM (its layer
 runs its own traced step, ``standard_lstm``), a cell whose activations are not ``tanh`` and
@@ -32,7 +35,7 @@ import tensorflow as tf
 
 from tfrepro import _targets
 from tfrepro._import_hooks import call_after_import
-from tfrepro.ops.exact import _fixed
+from tfrepro.ops.exact import _elementary, _fixed
 from tfrepro.ops.exact.linalg import EXACT_DTYPES
 
 
@@ -83,6 +86,93 @@ def product(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
                                                                                             "a GRU cell")
 
         return rounded(a, b)
+
+
+def lstm_step(z: tf.Tensor, c_tm1: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The elementwise part of a step of Keras 3's ``LSTMCell``: from its gates before their
+    activations ``z`` (float32 [batch, 4 * units], in Keras's order: input, forget, cell, output) and
+    the carry ``c_tm1`` (float32 [batch, units]), ``(h, c)`` with ``i, f, o = sigmoid(z0, z1, z3)``,
+    ``g = tanh(z2)``, ``c = sum_of_products(f, c_tm1, i, g)`` and ``h = o * tanh(c)`` passed on
+    opaque: the same bits as the tier's ops one by one (tested, forward and backward), but in one
+    XLA kernel forward and one backward, so that a step inside the layer's loop runs two kernels
+    where the ops one by one run about sixty (each op has a fixed cost in a loop). Second-order
+    gradients are refused by name.
+
+    Args:
+        z: float32, [batch, 4 * units].
+        c_tm1: float32, [batch, units].
+
+    Returns:
+        ``(h, c)``, float32, [batch, units] each.
+    """
+    with tf.name_scope("ExactLSTMStep"):
+        z, c_tm1 = tf.convert_to_tensor(z), tf.convert_to_tensor(c_tm1)
+        if z.dtype != tf.float32 or c_tm1.dtype != tf.float32:
+            raise TypeError(f"lstm_step takes float32 tensors; got {z.dtype.name} and {c_tm1.dtype.name}")
+
+        @_fixed.custom_gradient
+        def step(z, c_tm1):
+            h, c, *saved = _lstm_forward(z, c_tm1)
+            for value in (h, c):
+                value.set_shape(c_tm1.shape)
+
+            def gradient(dh, dc):
+                dh = tf.zeros_like(h) if dh is None else dh
+                dc = tf.zeros_like(c) if dc is None else dc
+                dz, dc_tm1 = _lstm_backward(dh, dc, c_tm1, *saved)
+                dz.set_shape(z.shape)
+                dc_tm1.set_shape(c_tm1.shape)
+                return tuple(_fixed.first_order_only(d, "an LSTM cell", dh, dc, *saved[-5:]) for d in (dz, dc_tm1))
+
+            return (h, c), gradient
+
+        return step(z, c_tm1)
+
+
+@_fixed.compiled
+def _lstm_forward(z, c_tm1):
+    """``lstm_step``'s ``h`` and ``c``, and what its gradient reads (kept: computing them again in
+    the gradient made a Keras LSTM's step about 10% slower): the gates and ``tanh(c)`` (float32) and
+    each activation's derivative (float64), as ``activations.elementwise`` computes them."""
+    wide = tf.split(tf.cast(z, tf.float64), 4, axis=1)
+    (i, di), (f, df), (o, do) = (_sigmoid_and_derivative(wide[k]) for k in (0, 1, 3))
+    g, dg = _tanh_and_derivative(wide[2])
+    c = tf.cast(_fixed.mul(_wide(f), tf.cast(c_tm1, tf.float64)) + _fixed.mul(_wide(i), _wide(g)), tf.float32)
+    tanh_c, dtanh_c = _tanh_and_derivative(_wide(c))
+    h = tf.cast(_fixed.barrier(_wide(o * tanh_c)), tf.float32)  # opaque: no compiler fuses o * tanh(c) into an add
+    return h, c, i, f, g, o, tanh_c, di, df, dg, do, dtanh_c
+
+
+@_fixed.compiled
+def _lstm_backward(dh, dc, c_tm1, i, f, g, o, tanh_c, di, df, dg, do, dtanh_c):
+    """``lstm_step``'s gradient: TF's float32 products for ``h = o * tanh(c)``, the carry's two
+    gradients added in float32 (as TF adds them), each activation's ``dy * derivative`` and the
+    carry's partner products rounded once (``activations.elementwise``, ``_partner_products``)."""
+    def times(dy, derivative):
+        return tf.cast(_fixed.mul(_wide(dy), _fixed.barrier(derivative)), tf.float32)
+
+    dc = dc + times(dh * o, dtanh_c)
+    dc64 = _wide(dc)
+    dz = [times(tf.cast(_fixed.mul(dc64, _wide(partner)), tf.float32), derivative)
+          for partner, derivative in ((g, di), (c_tm1, df), (i, dg))]
+    dz.append(times(dh * tanh_c, do))
+    return tf.concat(dz, axis=1), tf.cast(_fixed.mul(dc64, _wide(f)), tf.float32)
+
+
+def _wide(x: tf.Tensor) -> tf.Tensor:
+    return tf.cast(x, tf.float64)
+
+
+def _sigmoid_and_derivative(x64: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``activations.sigmoid``'s value (float32) and derivative (float64) at ``x64``."""
+    y, complement = _elementary.sigmoid_parts(x64)
+    return tf.cast(y, tf.float32), _fixed.mul(y, complement)
+
+
+def _tanh_and_derivative(x64: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``activations.tanh``'s value (float32) and derivative (float64) at ``x64``."""
+    y, complement = _elementary.tanh_parts(x64)
+    return tf.cast(y, tf.float32), _fixed.mul(complement, 2.0 - complement)
 
 
 def _checked(what: str, *tensors) -> list[tf.Tensor]:
@@ -164,9 +254,32 @@ def _opaque(x: tf.Tensor):
     return tf.cast(_fixed.barrier(tf.cast(x, tf.float64)), x.dtype), lambda dy: dy
 
 
+def _one_kernel(cell, inputs, h_tm1, c_tm1) -> bool:
+    """Whether the step can run its elementwise part as ``lstm_step``: Keras's implementation 2,
+    its own activations, float32, rank 2."""
+    return cell.implementation == 2 and _covered(cell, h_tm1, c_tm1) and all(
+        isinstance(t, tf.Tensor) and t.dtype == tf.float32 and t.shape.rank == 2 for t in (inputs, h_tm1, c_tm1))
+
+
 def _call(original: Callable) -> Callable:
-    """``LSTMCell.call``, its output ``h = o * tanh(c)`` passed on opaque where the carry is the tier's."""
+    """``LSTMCell.call``: Keras's implementation 2 (its products and adds as Keras writes them) with
+    the rest one ``lstm_step``, in the Keras releases whose ``call`` this mirrors (compared bit for
+    bit); otherwise Keras's, its output ``h = o * tanh(c)`` passed on opaque where the carry is the
+    tier's."""
+    mirrored = _targets.expected(_targets.target("keras3:lstm_call"))
+
     def call(self, inputs, states, training=False):
+        if mirrored and _one_kernel(self, inputs, *states[:2]):
+            from keras import ops  # Keras 3's: the module this hook is installed in is Keras 3's
+
+            if training and 0.0 < self.dropout < 1.0:
+                inputs = inputs * self.get_dropout_mask(inputs)
+            z = ops.add(ops.matmul(inputs, self.kernel), ops.matmul(states[0], self.recurrent_kernel))
+            if self.use_bias:
+                z = ops.add(z, self.bias)
+            with _fixed.marking():
+                h, c = lstm_step(z, states[1])
+            return h, [h, c]
         h, new_states = original(self, inputs, states, training=training)
         if not _covered(self, h, new_states[1]):
             return h, new_states
