@@ -37,8 +37,8 @@ computation leaked into the next one's would show there too; ``workers`` runs on
 ``doctor`` diagnoses each pattern's ``fit`` in turn. ``resume`` kills a process per pattern (a
 process is killed once), each pattern alone, then starts them all again in one process, each
 ``fit`` from its killed run's checkpoints, and compares with one uninterrupted process; there each
-pattern starts as if it were the process's first (``zoo.py``'s ``ZOO_RESET``), so that it computes
-the same as alone. A refused cell runs the pattern alone (the two custom loops, which the launcher
+pattern after the first starts as if it were the process's first (``zoo.py``'s ``ZOO_RESET``), so
+that it computes the same as alone, and the first keeps the launcher's seeding to show. A refused cell runs the pattern alone (the two custom loops, which the launcher
 refuses as a whole, share one process). The processes run two at a time, started as soon as the
 first zoo test needs them.
 """
@@ -117,7 +117,7 @@ class Runs:
     """The zoo's processes, each started once, two at a time, in a folder that is removed at the end."""
 
     def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="tfrepro-zoo-"))
+        self.folder = Path(tempfile.mkdtemp(prefix="tfrepro-zoo-")).resolve()  # as the launcher names it
         self._pool = ThreadPoolExecutor(max_workers=2)
         self._jobs: dict[tuple, Future] = {}
         self._lock = threading.Lock()
@@ -257,8 +257,8 @@ def _doctor(folder: Path, pattern: str) -> dict:
 def _checkpointed(folder: Path, pattern: str, **extra: str) -> dict:
     """``tfrepro run --checkpoint`` (a checkpoint every 3 batches, 4 batches an epoch: a resume starts
     mid-epoch and crosses an epoch's end) of one pattern, or of ``all`` the patterns it does not refuse,
-    each pattern started as if it were the process's first (``ZOO_RESET``: Keras's state cleared,
-    every RNG seeded anew), so that a pattern computes the same in either."""
+    each pattern after the first started as if it were the process's first (``ZOO_RESET``: Keras's
+    state cleared, every RNG seeded anew), so that a pattern computes the same in either."""
     results = folder / "results.jsonl"
     skip = ",".join(p for p in PATTERNS if (p, "resume") in REFUSED) if pattern == "all" else ""
     proc = _tfrepro(folder, "run", "--seed", str(SEED), "--checkpoint", str(folder / "ckpt"), "--checkpoint-every", "3",
@@ -289,8 +289,9 @@ def _resumed(folder: Path, runs: Runs) -> dict:
             loops.append(killed["folder"] / "loop")
             moved[pattern].append(loops[-1])
     assert len(loops) <= 1, loops  # ZOO_LOOP_DIR names one folder
+    count = len(list(fits.iterdir()))  # before the run, which makes a folder for each fit it runs
     return dict(_checkpointed(folder, "all", **({"ZOO_LOOP_DIR": str(loops[0])} if loops else {})),
-                fits=len(list(fits.iterdir())), checkpoints=moved)
+                fits=count, checkpoints=moved)
 
 
 _JOBS = {"entry": _entry_point, "check_alone": _check_alone, "doctor": _doctor, "resume_killed": _killed,
@@ -439,12 +440,14 @@ def test_resume(runs, pattern):
     killed = runs.get("resume_killed", pattern)
     assert killed["returncode"] == -signal.SIGKILL, killed["stderr"][-3000:]
     whole, resumed = runs.get("resume_whole"), runs.get("resume_resumed")
-    assert resumed["fits"] == len(list((whole["folder"] / "ckpt").iterdir()))  # every fit had been killed, once
+    # one checkpoint folder a killed pattern (one fit or one loop: a pattern killed in the first of two
+    # fits would shift the later fits' folders), and as many fit folders as the uninterrupted run made
+    assert len(resumed["checkpoints"][pattern]) == 1, resumed["checkpoints"]
+    assert resumed["fits"] == len(list((whole["folder"] / "ckpt").iterdir()))
     assert _result(resumed, pattern) == _result(whole, pattern)
     # and it did resume (a run that found no checkpoint would train from the start to the same bits)
-    assert resumed["checkpoints"][pattern], resumed["checkpoints"]
-    for folder in resumed["checkpoints"][pattern]:
-        assert f"tfrepro: resumed from {folder}" in resumed["stderr"], resumed["stderr"][-3000:]
+    folder = resumed["checkpoints"][pattern][0]
+    assert f"tfrepro: resumed from {folder}{os.sep}" in resumed["stderr"], resumed["stderr"][-3000:]
 
 
 @patterns

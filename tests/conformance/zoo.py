@@ -9,8 +9,9 @@ Python's, NumPy's and TensorFlow's global RNGs, so two runs agree only if they c
 ``ZOO_PLANT=1`` inserts a layer named ``culprit`` whose kernel gradient gets noise from OS entropy
 (a CPU stand-in for GPU atomics). ``ZOO_KILL_AT=N`` kills the process with SIGKILL
 after the N-th optimizer step; ``ZOO_SKIP=a,b`` leaves patterns out of ``all``; ``ZOO_RESET=S`` clears
-Keras's state and seeds every RNG with S (``tfrepro.seed_everything``) before each pattern, so that a
-pattern computes the same in ``all`` as alone. Each pattern builds its model the way the keras-io examples do.
+Keras's state and seeds every RNG with S (``tfrepro.seed_everything``) before each pattern but the
+process's first (whose state is the launcher's seeding), so that a pattern computes the same in
+``all`` as alone. Each pattern builds its model the way the keras-io examples do.
 ``ZOO_FIRST_IMPORT=keras`` makes Keras (tf_keras under ``TF_USE_LEGACY_KERAS=1``) the process's first
 import, before TensorFlow. ``ZOO_STRATEGY=multi-worker`` builds and trains every ``fit`` pattern in the scope of a
 ``MultiWorkerMirroredStrategy`` over the ``TF_CONFIG`` cluster (the custom loops, which do not call
@@ -530,9 +531,10 @@ def trained_variables(model):
     return variables
 
 
-def train(pattern, epochs):
-    """Train one pattern and append its result line to ``ZOO_RESULTS``."""
-    if os.environ.get("ZOO_RESET"):  # as if the pattern were the process's first: Keras's state cleared, RNGs seeded
+def train(pattern, epochs, reset=False):
+    """Train one pattern and append its result line to ``ZOO_RESULTS``; with ``reset``, first as if
+    it were the process's first pattern (``ZOO_RESET``)."""
+    if reset:
         import tfrepro
 
         keras.backend.clear_session()
@@ -568,8 +570,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
     skipped = set(filter(None, os.environ.get("ZOO_SKIP", "").split(",")))
-    for pattern in [p for p in PATTERNS if p not in skipped] if args.pattern == "all" else [args.pattern]:
-        result = train(pattern, args.epochs)
+    chosen = [p for p in PATTERNS if p not in skipped] if args.pattern == "all" else [args.pattern]
+    for index, pattern in enumerate(chosen):
+        result = train(pattern, args.epochs, reset=index > 0 and bool(os.environ.get("ZOO_RESET")))
     import tfrepro
 
     tfrepro.report_metric("zoo_loss", result["loss"])  # what `tfrepro sweep` reads

@@ -70,7 +70,16 @@ def test_a_keras3_lstm_steps_in_one_kernel_with_the_bits_of_the_tiers_ops_one_by
     x[::4] *= 30  # saturated gates: sigmoid and tanh in their tails
     x, head = tf.constant(x), tf.constant(RNG.standard_normal((12, 3)).astype(np.float32))
 
+    steps = []
+
+    def counted(*args):
+        steps.append(args)
+        return one_step(*args)
+
+    one_step = recurrent.lstm_step
+
     def run(one_kernel: bool, jit: bool) -> list[bytes]:
+        monkeypatch.setattr(recurrent, "lstm_step", counted)
         if not one_kernel:
             monkeypatch.setattr(recurrent, "_one_kernel", lambda *args: False)
         keras.utils.set_random_seed(1)
@@ -93,8 +102,31 @@ def test_a_keras3_lstm_steps_in_one_kernel_with_the_bits_of_the_tiers_ops_one_by
     with tfrepro.patched(0, ops="exact"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for jit in (False, True):
-            assert run(True, jit) == run(False, jit)
-        assert recurrent._one_kernel is not None
+            fused = run(True, jit)
+            assert steps, "the one-kernel step did not run"
+            steps.clear()
+            assert fused == run(False, jit)
+            assert not steps
+
+
+def test_a_cell_subclass_with_its_own_gates_keeps_them(keras, monkeypatch):
+    """A subclass that overrides what Keras's ``call`` reads (here the gates) is not stepped in one
+    kernel, which would drop its override: it runs its own code, op by op."""
+    if not keras.__version__.startswith("3"):
+        pytest.skip("Keras 3's LSTMCell")
+    calls, steps = [], []
+    monkeypatch.setattr(recurrent, "lstm_step", lambda *args: steps.append(args))
+
+    class BiasedForget(keras.layers.LSTMCell):
+        def _compute_carry_and_output_fused(self, z, c_tm1):
+            calls.append(z)
+            return super()._compute_carry_and_output_fused((z[0], z[1] + 1.0, z[2], z[3]), c_tm1)
+
+    with tfrepro.patched(0, ops="exact"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layer = keras.layers.RNN(BiasedForget(4))
+        layer(tf.constant(RNG.standard_normal((2, 3, 5)).astype(np.float32)))
+    assert calls and not steps
 
 
 def test_a_second_order_gradient_through_an_lstm_step_is_refused_by_name():

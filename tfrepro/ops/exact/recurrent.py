@@ -8,7 +8,9 @@ trained under ``patch(ops="exact")`` gives the same bits across threads, oneDNN 
 fresh processes). For float32 (Keras's implementation 2, its default), everything after the
 matrix products runs as ``lstm_step``, one XLA kernel forward and one backward, with the bits of
 those ops one by one (tested): a step in the layer's loop pays two kernels' fixed cost, not some
-sixty ops' (``bench/exact_cost.py --model lstm``: 12.3x ``"auto"``'s epoch before, 7.8x after).
+sixty ops'. That ``call`` mirrors Keras's own, so it runs only in the Keras releases it was compared
+with (the target ``keras3:lstm_call``) and for cells that override none of the methods Keras's
+``call`` reads; elsewhere the step runs op by op (the same bits, slower).
 
 Not covered, and left to Keras's own code (which the audit then names): tf-keras's LSTM (its layer
 runs its own traced step, ``standard_lstm``), a cell whose activations are not ``tanh`` and
@@ -95,8 +97,10 @@ def lstm_step(z: tf.Tensor, c_tm1: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     ``g = tanh(z2)``, ``c = sum_of_products(f, c_tm1, i, g)`` and ``h = o * tanh(c)`` passed on
     opaque: the same bits as the tier's ops one by one (tested, forward and backward), but in one
     XLA kernel forward and one backward, so that a step inside the layer's loop runs two kernels
-    where the ops one by one run about sixty (each op has a fixed cost in a loop). Second-order
-    gradients are refused by name.
+    where the ops one by one run about sixty (each op has a fixed cost in a loop). One difference:
+    where ``c`` has several consumers outside the step (a returned state used twice), TF adds their
+    gradients before this step's own, where the ops one by one add all in one ``AddN`` (another
+    order, as deterministic). Second-order gradients are refused by name.
 
     Args:
         z: float32, [batch, 4 * units].
@@ -104,6 +108,9 @@ def lstm_step(z: tf.Tensor, c_tm1: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
     Returns:
         ``(h, c)``, float32, [batch, units] each.
+
+    Raises:
+        TypeError: ``z`` or ``c_tm1`` is not float32.
     """
     with tf.name_scope("ExactLSTMStep"):
         z, c_tm1 = tf.convert_to_tensor(z), tf.convert_to_tensor(c_tm1)
@@ -116,13 +123,12 @@ def lstm_step(z: tf.Tensor, c_tm1: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             for value in (h, c):
                 value.set_shape(c_tm1.shape)
 
-            def gradient(dh, dc):
+            def gradient(dh, dc):  # a None dc (c unused) adds nothing: -0.0 stays -0.0, as one by one
                 dh = tf.zeros_like(h) if dh is None else dh
-                dc = tf.zeros_like(c) if dc is None else dc
                 dz, dc_tm1 = _lstm_backward(dh, dc, c_tm1, *saved)
                 dz.set_shape(z.shape)
                 dc_tm1.set_shape(c_tm1.shape)
-                return tuple(_fixed.first_order_only(d, "an LSTM cell", dh, dc, *saved[-5:]) for d in (dz, dc_tm1))
+                return tuple(_fixed.first_order_only(d, "an LSTM cell", dh, *saved[-5:]) for d in (dz, dc_tm1))
 
             return (h, c), gradient
 
@@ -151,7 +157,7 @@ def _lstm_backward(dh, dc, c_tm1, i, f, g, o, tanh_c, di, df, dg, do, dtanh_c):
     def times(dy, derivative):
         return tf.cast(_fixed.mul(_wide(dy), _fixed.barrier(derivative)), tf.float32)
 
-    dc = dc + times(dh * o, dtanh_c)
+    dc = times(dh * o, dtanh_c) if dc is None else dc + times(dh * o, dtanh_c)
     dc64 = _wide(dc)
     dz = [times(tf.cast(_fixed.mul(dc64, _wide(partner)), tf.float32), derivative)
           for partner, derivative in ((g, di), (c_tm1, df), (i, dg))]
@@ -254,10 +260,15 @@ def _opaque(x: tf.Tensor):
     return tf.cast(_fixed.barrier(tf.cast(x, tf.float64)), x.dtype), lambda dy: dy
 
 
-def _one_kernel(cell, inputs, h_tm1, c_tm1) -> bool:
+_MIRRORED_METHODS = ("_compute_carry_and_output_fused", "get_dropout_mask")  # what Keras's call reads of the cell
+
+
+def _one_kernel(cell, owner: type, inputs, h_tm1, c_tm1) -> bool:
     """Whether the step can run its elementwise part as ``lstm_step``: Keras's implementation 2,
-    its own activations, float32, rank 2."""
+    its own activations, float32, rank 2, and none of the methods its ``call`` reads overridden by
+    a subclass of ``owner`` (a cell with its own gates keeps them)."""
     return cell.implementation == 2 and _covered(cell, h_tm1, c_tm1) and all(
+        getattr(type(cell), name) is getattr(owner, name) for name in _MIRRORED_METHODS) and all(
         isinstance(t, tf.Tensor) and t.dtype == tf.float32 and t.shape.rank == 2 for t in (inputs, h_tm1, c_tm1))
 
 
@@ -269,7 +280,8 @@ def _call(original: Callable) -> Callable:
     mirrored = _targets.expected(_targets.target("keras3:lstm_call"))
 
     def call(self, inputs, states, training=False):
-        if mirrored and _one_kernel(self, inputs, *states[:2]):
+        owner = next((cls for cls in type(self).__mro__ if cls.__dict__.get("call") is call), None)
+        if mirrored and owner is not None and _one_kernel(self, owner, inputs, *states[:2]):
             from keras import ops  # Keras 3's: the module this hook is installed in is Keras 3's
 
             if training and 0.0 < self.dropout < 1.0:
@@ -287,7 +299,7 @@ def _call(original: Callable) -> Callable:
             h = _opaque(h)
         return h, [h, *new_states[1:]]
 
-    call.__doc__ = original.__doc__
+    call.__doc__, call.__wrapped__ = original.__doc__, original
     return call
 
 
