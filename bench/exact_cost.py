@@ -6,7 +6,9 @@ sequence), and the two arms' final losses over a few seeds compared with
 
     python bench/exact_cost.py [--model cnn|lstm] [--seeds 3] [--limit 2048] [--reps 5]
 
-Per op: forward + backward as a tf.function, best of --reps after a warm-up, the two alternating.
+Per op: forward + backward as a tf.function, best of --reps after a warm-up, the arms alternating:
+the exact op with its products in float64 and in float32 slices (``exact.slices``: the same bits;
+the path a GPU with slow float64 takes), and TF's op.
 Whole model: a fresh process per arm and seed trains 4 epochs (batch 64) and takes its fastest epoch
 after the first (tracing and compilation are the first's; the fastest is the one least disturbed by
 whatever else the machine ran: on this shared 2-core machine one epoch can take twice another); the
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -59,12 +62,15 @@ def _child(ops: str, seed: int, limit: int, model_name: str) -> None:
     print(json.dumps({"epoch_s": min(times[1:]), "loss": history.history["loss"][-1]}))
 
 
-def _per_op(reps: int) -> list[tuple[str, float, float]]:
+PRODUCTS = ("float64", "float32")  # the exact tier's product paths (TFREPRO_EXACT_PRODUCTS), timed side by side
+
+
+def _per_op(reps: int) -> list[tuple[str, float, float, float]]:
     import numpy as np
     import tensorflow as tf
 
     from tfrepro.ops import segment
-    from tfrepro.ops.exact import convolutions, linalg, losses, noise, pooling, reductions
+    from tfrepro.ops.exact import convolutions, linalg, losses, noise, pooling, reductions, slices
 
     rng = np.random.default_rng(0)
 
@@ -102,15 +108,21 @@ def _per_op(reps: int) -> list[tuple[str, float, float]]:
     }
     rows = []
     for name, (exact_op, stock_op, inputs) in cases.items():
-        exact_run, stock_run = step(exact_op, *inputs), step(stock_op, *inputs)
-        exact_run(), stock_run()
-        best = {"exact": float("inf"), "stock": float("inf")}
+        runs = {}
+        for products in PRODUCTS:  # the path is read when a product is traced: each arm traces under its own
+            os.environ[slices.ENV] = products
+            runs[products] = step(exact_op, *inputs)
+            runs[products]()
+        del os.environ[slices.ENV]
+        runs["stock"] = step(stock_op, *inputs)
+        runs["stock"]()
+        best = dict.fromkeys(runs, float("inf"))
         for _ in range(reps):
-            for arm, fn in (("exact", exact_run), ("stock", stock_run)):
+            for arm, fn in runs.items():
                 start = time.perf_counter()
                 fn()
                 best[arm] = min(best[arm], time.perf_counter() - start)
-        rows.append((name, best["exact"] * 1e3, best["stock"] * 1e3))
+        rows.append((name, *(best[arm] * 1e3 for arm in (*PRODUCTS, "stock"))))
     return rows
 
 
@@ -126,9 +138,10 @@ def main() -> None:
         return _child(args.child[0], int(args.child[1]), args.limit, args.model)
 
     if args.model == "cnn":
-        print("per op (ms, best of %d): exact / TF = ratio" % args.reps)
-        for name, exact_ms, stock_ms in _per_op(args.reps):
-            print(f"  {name:40s} {exact_ms:8.2f} / {stock_ms:7.2f} = {exact_ms / stock_ms:5.1f}x")
+        print("per op (ms, best of %d): exact with float64 products, with float32 slices, TF; ratios to TF" % args.reps)
+        for name, wide_ms, sliced_ms, stock_ms in _per_op(args.reps):
+            print(f"  {name:40s} {wide_ms:8.2f} {sliced_ms:8.2f} {stock_ms:7.2f}   "
+                  f"{wide_ms / stock_ms:5.1f}x {sliced_ms / stock_ms:5.1f}x")
 
     import tfrepro
 

@@ -17,6 +17,7 @@ global average pooling); its BatchNormalization synchronized across replicas (--
 usage: exact_train.py [--model cnn|transformer|autoencoder|resnet|lstm] [--ops exact|auto] [--threads N] [--onednn on|off]
                       [--jit] [--no-dropout] [--replicas 1|2] [--steps N] [--layer-norm]
                       [--batch-norm] [--sync-bn] [--attention] [--no-activations]
+                      [--products auto|float64|float32]
 
 --replicas 2 trains under MirroredStrategy over two logical CPU devices with the same global batch.
 """
@@ -24,6 +25,7 @@ usage: exact_train.py [--model cnn|transformer|autoencoder|resnet|lstm] [--ops e
 import argparse
 import hashlib
 import json
+import os
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", choices=("cnn", "transformer", "autoencoder", "resnet", "lstm"), default="cnn")
@@ -39,7 +41,11 @@ parser.add_argument("--batch-norm", action="store_true", help="a BatchNormalizat
 parser.add_argument("--sync-bn", action="store_true", help="BatchNormalization(synchronized=True)")
 parser.add_argument("--attention", action="store_true", help="self-attention over the CNN's 16 features as 4 tokens")
 parser.add_argument("--no-activations", action="store_true", help="leave out the activations after the first Dense")
+parser.add_argument("--products", choices=("auto", "float64", "float32"), default=None,
+                    help="TFREPRO_EXACT_PRODUCTS: the exact tier's product path (the same bits either way)")
 args = parser.parse_args()
+if args.products:
+    os.environ["TFREPRO_EXACT_PRODUCTS"] = args.products
 
 import tfrepro  # noqa: E402
 
@@ -168,4 +174,5 @@ history = model.fit(x_train, y_train, batch_size=batch, epochs=1, shuffle=False,
 print(json.dumps({"digest": weights_digest(model),
                   "weights": [hashlib.sha256(w.tobytes()).hexdigest()[:12] for w in model.get_weights()], "loss": [float(v) for v in history.history["loss"]],
                   "accuracy": [float(v) for v in history.history.get("accuracy", [])],
-                  "replicas": strategy.num_replicas_in_sync, "jit": bool(model.jit_compile)}))
+                  "replicas": strategy.num_replicas_in_sync, "jit": bool(model.jit_compile),
+                  "products": os.environ.get("TFREPRO_EXACT_PRODUCTS", "auto")}))

@@ -100,8 +100,9 @@ def patch(seed: int = 0, *, threads: int | None = None, onednn: bool | None = No
     Raises:
         ValueError: `seed` is not an int in [0, 2**32 - 1], `threads` not a positive int or None,
             `onednn` not True, False or None, `ops` a list naming an op tfrepro does not replace,
-            `init` neither `"order"` nor `"keyed"`, or `on_uncovered` neither `"raise"` nor
-            `"warn"`.
+            `init` neither `"order"` nor `"keyed"`, `on_uncovered` neither `"raise"` nor
+            `"warn"`, or, with `ops="exact"`, `TFREPRO_EXACT_PRODUCTS` none of `auto`, `float64`,
+            `float32` (`tfrepro.ops.exact.slices`).
         TypeError: `ops` is none of `"auto"`, `"exact"`, a bool, None or a list (tuple, set) of
             op names.
         ImportError: TensorFlow is not installed, or is older than 2.12, the oldest tfrepro
@@ -178,9 +179,10 @@ def _apply(seed: int, env: dict[str, str], ops: tuple[tuple[str, ...], str], thr
         tf.config.experimental.enable_op_determinism()
     _replace_ops(applied, *ops)
     if applied.summation == "exact_tier":
-        from tfrepro.ops.exact import coverage  # TensorFlow is loaded: rebinding imported it
+        from tfrepro.ops.exact import coverage, slices  # TensorFlow is loaded: rebinding imported it
 
         coverage.set_policy(on_uncovered)
+        slices.path()  # a bad TFREPRO_EXACT_PRODUCTS is named now, not inside the first traced step
     _import_hooks.run_deferred()
     _targets.watch()
     fit_shuffling.follow_the_seed()

@@ -187,12 +187,18 @@ def _replacements_setting(tf_version: str | None) -> Setting:
                        "kernels on a CPU, deterministic there, except adjust_contrast)", None,
                        "; ".join(f"{name}: {reasons.get(name, 'selected')}" for name in replaced))
     if state.active_summation() == "exact_tier":
+        from tfrepro.ops.exact import slices  # TensorFlow is loaded: ops="exact" rebound its ops
+
         covered = [name for name in replaced if not name.startswith("refused ")]
         refused = [name[len("refused "):] for name in replaced if name.startswith("refused ")]
+        try:
+            products = f"products in {'float32 slices' if slices.path() == 'float32' else 'float64'} (the same bits either way)"
+        except ValueError as exc:
+            products = str(exc)
         return Setting("op replacements", f"exact tier (ops='exact'): {len(covered)} ops order-invariant (matmul, convolution, pooling, "
                        "dropout, sums, activations, exp/log and cross-entropies exact), "
                        f"{len(refused)} refused by name, Keras's Adam and SGD updates FMA-proof, its "
-                       "LayerNormalization and BatchNormalization exact", None,
+                       f"LayerNormalization and BatchNormalization exact; {products}", None,
                        "exact: " + ", ".join(covered) + "; refused: " + ", ".join(refused))
     return Setting("op replacements", f"{len(replaced)} ops from tfrepro.ops", None,
                    "order-invariant: " + ", ".join(replaced))

@@ -100,9 +100,15 @@ def _unbiased(biased: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
 
 
 def _bit_length(count: tf.Tensor) -> tf.Tensor:
-    """``ceil(log2(count))`` for int counts >= 1 (0 for 1), exactly, via the float64 exponent."""
-    below = tf.cast(tf.maximum(count - 1, 0), tf.float64)
-    return tf.where(below > 0, _exponent(below), 0)
+    """``ceil(log2(count))`` for int counts >= 1 (0 for 1) as int32: the bit length of ``count - 1``,
+    by a binary search in integers (no float64 on the device: ``exact.slices``)."""
+    rest = tf.maximum(tf.cast(count, tf.int64) - 1, 0)
+    length = tf.zeros_like(rest)
+    for shift in (32, 16, 8, 4, 2, 1):
+        above = rest >= 2**shift
+        rest = tf.where(above, tf.bitwise.right_shift(rest, shift), rest)
+        length += tf.where(above, tf.constant(shift, tf.int64), 0)
+    return tf.cast(length + rest, tf.int32)
 
 
 def _exact_pow2(k: tf.Tensor, dtype: tf.DType) -> tf.Tensor:

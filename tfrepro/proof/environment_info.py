@@ -46,6 +46,7 @@ RECORDED_VARIABLES: dict[str, str] = {
     "KMP_AFFINITY": "Intel OpenMP runtime",
     "KMP_BLOCKTIME": "Intel OpenMP runtime",
     "KERAS_BACKEND": "Keras 3 documentation (the backend in use)",
+    "TFREPRO_EXACT_PRODUCTS": "tfrepro's exact tier: how its products are formed (the same bits either way)",
 }
 
 

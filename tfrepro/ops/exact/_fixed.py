@@ -49,6 +49,7 @@ from tfrepro.errors import warn
 from tfrepro.ops import _stock
 from tfrepro.ops import _exact_sum
 from tfrepro.ops._exact_sum import _bit_length, _exact_pow2, _exponent, _pow2
+from tfrepro.ops.exact import slices
 
 LOW_LIMB_BITS = 12
 MAX_BITS = 46  # 23 + 23, for K up to 2**16
@@ -247,8 +248,11 @@ def _plan(a: tf.Tensor, b: tf.Tensor) -> tuple[str, int | None]:
     """How the exact products are formed (every plan gives the same integers): "single" (K <= 128:
     one float64 product), "chunks" (K in chunks of 128, one batched float64 product, the chunks'
     int64 totals added), or "limbs" (``a`` split in two limbs, for an unknown K, or where the
-    chunks' partial products would outweigh a second product); with the static K."""
+    chunks' partial products would outweigh a second product); or "slices" (float32 digit
+    products, ``slices``, where ``slices.path()`` says so); with the static K."""
     k, n = a.shape[-1], b.shape[-1]
+    if slices.path() == "float32":
+        return "slices", k
     if k is None or n is None:
         return "limbs", None
     if k <= CHUNK_K:
@@ -258,9 +262,13 @@ def _plan(a: tf.Tensor, b: tf.Tensor) -> tuple[str, int | None]:
 
 def _integer_product(a, b, ea, eb, a_bits, b_bits, plan: tuple[str, int | None]) -> tf.Tensor:
     """The exact int64 sums of the quantised products (module doc)."""
+    how, k = plan
+    if how == "slices":  # the same integers from float32 slices (``slices``), float64 inputs quantised as they are
+        qa, qb = ((tf.cast(quantise(finite_or_zero(x), e, bits), tf.float32) if x.dtype == tf.float64
+                   else slices.quantise(finite_or_zero(x), e, bits)) for x, e, bits in ((a, ea, a_bits), (b, eb, b_bits)))
+        return slices.integer_product(qa, qb, k)
     qa = quantise(finite_or_zero(a), ea, a_bits)
     qb = quantise(finite_or_zero(b), eb, b_bits)
-    how, k = plan
     if how == "single":
         return int64_from_float64(_stock.matmul(qa, qb))
     if how == "chunks":
