@@ -12,17 +12,18 @@ Columns (capabilities) and what a supported cell demands:
   is ``tests/diagnosis``'s, within CI's budget);
 - ``resume``: under ``tfrepro run --checkpoint``, a run killed with SIGKILL and started again ends
   on the uninterrupted run's bits (and says it resumed);
-- ``seed``: seed S means one computation: ``tfrepro run --seed S`` (of the zoo with ``import keras``
-  as its first line: every other entry point imports TensorFlow first), each run of
-  ``tfrepro check --seed S``, seed S of ``tfrepro sweep`` and of ``tfrepro tune``, ``tfrepro
-  doctor --continue --seed S``, ``tfrepro run --checkpoint`` and ``tfrepro.patch(S)`` as the first
-  line give the same weights
-  and leave Python's, NumPy's and TensorFlow's RNGs in the same state (``run --checkpoint``, the
-  resume column's uninterrupted run, is compared with ``run`` on the patterns it does not refuse,
-  since a refusal stops the script, each pattern started as the resume column starts it);
+- ``seed`` (Keras 3's leg alone, ``KERAS3_ONLY``): seed S means one computation: ``tfrepro run
+  --seed S`` (of the zoo with ``import keras`` as its first line: every other entry point imports
+  TensorFlow first), each run of ``tfrepro check --seed S``, seed S of ``tfrepro sweep`` (``tfrepro
+  tune`` launches each seed as sweep does), ``tfrepro doctor --continue --seed S``, ``tfrepro run
+  --checkpoint`` and ``tfrepro.patch(S)`` as the first line give the same weights and leave
+  Python's, NumPy's and TensorFlow's RNGs in the same state (``run --checkpoint``, the resume
+  column's uninterrupted run, is compared with ``run`` on the patterns it does not refuse, since a
+  refusal stops the script, each pattern started as the resume column starts it);
 - ``keyed``: under ``tfrepro.patch(S, init="keyed")`` (keyed initial weights, and ``fit``'s keyed
   shuffles), two fresh processes give the same bits;
-- ``workers``: built and trained under ``MultiWorkerMirroredStrategy`` on 2 localhost workers,
+- ``workers`` (on Keras 2 its refused cells alone, ``KERAS3_SUPPORTED_ONLY``): built and trained
+  under ``MultiWorkerMirroredStrategy`` on 2 localhost workers,
   ``tfrepro check --workers 2 --runs 2`` says identical: every worker agrees with worker 0 at every
   record, each worker with itself run to run, and the trained variables (optimizer's too) are the
   same bits on both workers;
@@ -109,6 +110,18 @@ def _refused() -> dict[tuple[str, str], str]:
 
 
 REFUSED = _refused()
+
+# Columns whose cells Keras 2's leg leaves to Keras 3's, within CI's budget (docs/reference/zoo.md):
+KERAS3_ONLY = {
+    "doctor": "Keras 3's leg: Keras 2's diagnosis is tested in tests/diagnosis (sequential, functional, subclassed "
+              "and nested models, custom train steps), within CI's budget",
+    "seed": "Keras 3's leg: the entry points' launcher code does not depend on the Keras version, and on Keras 2 "
+            "the patch column compares run (Keras imported first), check's runs and patch(S) in the script",
+}
+KERAS3_SUPPORTED_ONLY = {  # Keras 2 runs the refused cells alone (their refusals are Keras 2's own)
+    "workers": "Keras 3's leg: Keras 2's multi-worker runs are its refusals here (custom_train_step, gan), within "
+               "CI's budget; tests/launching/test_workers.py is Keras 3's too",
+}
 
 
 # --- running the processes ------------------------------------------------------------------------
@@ -298,14 +311,15 @@ _JOBS = {"entry": _entry_point, "check_alone": _check_alone, "doctor": _doctor, 
          "resume_whole": lambda folder: _checkpointed(folder, "all"), "resume_resumed": _resumed,
          "workers": _workers}
 _NEEDS_RUNS = {"resume_resumed"}  # jobs that wait on others' results
-# sweep and tune launch each seed as `run` does (tfrepro.sweeps.running.seed_run): on Keras 2 the
-# seed column leaves them to Keras 3's leg, whose launcher code is the same.
-_ENTRIES = ("run", "check", *(() if KERAS2 else ("sweep", "tune")), "doctor", "inscript")
+# tune launches each seed as sweep does (tfrepro.sweeps.running.seed_run, tested for tune in
+# tests/tuning): the seed column's sweep cell stands for both.
+_ENTRIES = ("run", "check", "sweep", "doctor", "inscript")
 
 
 def _jobs_for(capability: str, pattern: str) -> list[tuple[str, ...]]:
-    if capability == "doctor" and KERAS2:  # test_doctor's reason
-        return []
+    supported = (pattern, capability) not in REFUSED
+    if KERAS2 and (capability in KERAS3_ONLY or (capability in KERAS3_SUPPORTED_ONLY and supported)):
+        return []  # the tests' reasons
     if (pattern, capability) in REFUSED and capability != "exact":  # an exact refusal is in the entry's own run
         if REFUSED[(pattern, capability)] == NEVER_FITS and capability != "resume":  # one process for the loops
             pattern = "+".join(p for p in PATTERNS if REFUSED.get((p, capability)) == NEVER_FITS)
@@ -418,8 +432,7 @@ def test_check(runs, pattern):
     assert not comparison.identical, str(comparison)  # naming the layer is doctor's column
 
 
-@pytest.mark.skipif(KERAS2, reason="Keras 3's leg: Keras 2's diagnosis is tested in tests/diagnosis (sequential, "
-                    "functional, subclassed and nested models, custom train steps), within CI's budget")
+@pytest.mark.skipif(KERAS2, reason=KERAS3_ONLY["doctor"])
 @patterns
 def test_doctor(runs, pattern):
     if (pattern, "doctor") in REFUSED:
@@ -450,6 +463,7 @@ def test_resume(runs, pattern):
     assert f"tfrepro: resumed from {folder}{os.sep}" in resumed["stderr"], resumed["stderr"][-3000:]
 
 
+@pytest.mark.skipif(KERAS2, reason=KERAS3_ONLY["seed"])
 @patterns
 def test_seed(runs, pattern):
     results = {entry: _result(runs.get("entry", entry), pattern) for entry in _ENTRIES}
@@ -466,6 +480,8 @@ def test_seed(runs, pattern):
 def test_workers(runs, pattern):
     if (pattern, "workers") in REFUSED:
         return _refusal(runs, "workers", pattern)
+    if KERAS2:
+        pytest.skip(KERAS3_SUPPORTED_ONLY["workers"])
     from tfrepro import compare
 
     index = [p for p in PATTERNS if (p, "workers") not in REFUSED].index(pattern)  # fit-K of `zoo.py all`
