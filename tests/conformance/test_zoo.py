@@ -6,7 +6,7 @@ Columns (capabilities) and what a supported cell demands:
   of the zoo with ``import keras`` first, and ``tfrepro.patch(S)`` as the script's first line);
 - ``check``: ``tfrepro check`` says identical; with a planted culprit it says diverged (with
   ``--gradients``: a gradient's difference can stay below the weights' rounding for a while), in
-  every pattern's own ``fit``;
+  every pattern's own ``fit`` (the planted half on Keras 3: Keras 2's is ``tests/proof``'s);
 - ``doctor``: ``tfrepro doctor`` names the planted culprit as nondeterministic (``--every-fit``:
   every pattern's own ``fit`` diagnosed in one process); Keras 3's leg alone (Keras 2's diagnosis
   is ``tests/diagnosis``'s, within CI's budget);
@@ -326,7 +326,7 @@ def _jobs_for(capability: str, pattern: str) -> list[tuple[str, ...]]:
         return [{"check": ("check_alone", pattern), "doctor": ("doctor", pattern),
                  "resume": ("resume_killed", pattern), "workers": ("workers", pattern)}[capability]]
     return {"patch": [("entry", "run"), ("entry", "check"), ("entry", "inscript")],
-            "check": [("entry", "check"), ("entry", "check", "1")],
+            "check": [("entry", "check"), *(() if KERAS2 else [("entry", "check", "1")])],  # test_check's reason
             "doctor": [("entry", "doctor_every_fit")],
             "resume": [("resume_killed", pattern), ("resume_whole",), ("resume_resumed",)],
             "keyed": [("entry", "keyed"), ("entry", "keyed2")],
@@ -424,7 +424,8 @@ def test_check(runs, pattern):
     _ok(clean)
     assert "identical" in clean["stdout"], clean["stdout"][-2000:]
     assert compare(*(clean["folder"] / "out" / f"run-{r}" / f"fit-{index}.jsonl" for r in (0, 1))).identical
-
+    if KERAS2:  # Keras 2's planted divergence, gradients recorded, is tests/proof's (b1), within CI's budget
+        return
     planted = runs.get("entry", "check", "1")
     assert planted["returncode"] == 1, planted["stdout"][-2000:] + planted["stderr"][-2000:]
     assert "diverged" in planted["stdout"]
