@@ -83,7 +83,8 @@ def op_digests() -> dict[str, str]:
         "matmul K=3000": _with_gradients(tf.matmul, data(16, 3000), data(3000, 8)),
         "batched matmul (attention)": _with_gradients(lambda q, k: tf.einsum("bqd,bkd->bqk", q, k),
                                                       data(4, 9, 16), data(4, 9, 16)),
-        "conv2d 3x3 SAME": _with_gradients(lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"), data(4, 12, 12, 3), data(3, 3, 3, 8)),
+        "conv2d 3x3 SAME": _with_gradients(lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"), data(4, 12, 12, 3),
+                                           data(3, 3, 3, 8)),
         "conv2d 3x3/2 VALID": _with_gradients(lambda x, w: tf.nn.conv2d(x, w, 2, "VALID"), data(4, 13, 13, 8),
                                               data(3, 3, 8, 4)),
         "conv2d_transpose 3x3/2": _with_gradients(

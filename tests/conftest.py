@@ -16,7 +16,7 @@ from tfrepro.launching.config import ENV_NAMES
 SCRIPTS = Path(__file__).parent / "scripts"
 # Variables that would make a "without tfrepro" negative control secretly deterministic, or leak the
 # launcher's configuration into a child.
-_DETERMINISM_VARS = ("PYTHONHASHSEED", *DETERMINISM_ENV, *ENV_NAMES.values())
+_DETERMINISM_VARS = ("PYTHONHASHSEED", *DETERMINISM_ENV, *ENV_NAMES.values(), "TFREPRO_EXACT_PRODUCTS")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ Negative control: Keras's own BackupAndRestore, in the same experiment, ends els
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 
@@ -16,6 +17,10 @@ from conftest import SCRIPTS, clean_env, run_python, run_tfrepro
 from tfrepro.checkpointing import storage
 
 pytestmark = [pytest.mark.keras, pytest.mark.slow]
+# The two tfrepro run --checkpoint tests below are Keras 3's, within CI's budget: on Keras 2 the zoo's resume
+# column kills and resumes every pattern under tfrepro run --checkpoint, the custom loops' included, and the
+# messages they check do not depend on the Keras version.
+KERAS2 = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
 SCRIPT = str(SCRIPTS / "resume_train.py")
 KILLED = -signal.SIGKILL
 
@@ -91,6 +96,7 @@ def test_sigkill_during_a_checkpoint_write_resumes_from_the_one_before(tmp_path,
     assert not list(ckpt.glob(".*.tmp"))  # cleaned up by the next save
 
 
+@pytest.mark.skipif(KERAS2, reason="Keras 3's leg: on Keras 2 the zoo's resume column (KERAS2 above)")
 def test_unmodified_script_under_tfrepro_run_checkpoint_resumes_exactly(tmp_path):
     ckpt = str(tmp_path / "ckpt")
     full = train(tmp_path, "full", "--plain", tfrepro_run=["--checkpoint", str(tmp_path / "full-ckpt")])
@@ -107,6 +113,7 @@ def test_unmodified_script_under_tfrepro_run_checkpoint_resumes_exactly(tmp_path
                     "after it)"]
 
 
+@pytest.mark.skipif(KERAS2, reason="Keras 3's leg: on Keras 2 the zoo's resume column (KERAS2 above)")
 def test_a_custom_loop_under_tfrepro_run_checkpoint_resumes_mid_epoch_exactly(tmp_path):
     """A GradientTape loop with tfrepro.LoopCheckpoint() (no folder: tfrepro run gives it DIR/loop-0),
     every 7 batches of 10 per epoch, killed before batch 3 of epoch 2 (the newest checkpoint is

@@ -115,8 +115,9 @@ REFUSED = _refused()
 KERAS3_ONLY = {
     "doctor": "Keras 3's leg: Keras 2's diagnosis is tested in tests/diagnosis (sequential, functional, subclassed "
               "and nested models, custom train steps), within CI's budget",
-    "seed": "Keras 3's leg: the entry points' launcher code does not depend on the Keras version, and on Keras 2 "
-            "the patch column compares run (Keras imported first), check's runs and patch(S) in the script",
+    "seed": "Keras 3's leg: the entry points' launcher code does not depend on the Keras version; on Keras 2 the "
+            "patch column compares run (Keras imported first), check's runs and patch(S) in the script, and the "
+            "comparisons of doctor --continue and run --checkpoint with run are Keras 3's alone",
 }
 KERAS3_SUPPORTED_ONLY = {  # Keras 2 runs the refused cells alone (their refusals are Keras 2's own)
     "workers": "Keras 3's leg: Keras 2's multi-worker runs are its refusals here (custom_train_step, gan), within "
@@ -206,10 +207,6 @@ def _entry_point(folder: Path, entry: str, planted: str = "0", skip: str = "") -
     elif entry == "sweep":
         proc = _tfrepro(folder, "sweep", "--seeds", str(SEED), "--metric", "zoo_loss", "--out", str(folder / "out"),
                         *_python("all"), env=env)
-    elif entry == "tune":  # one configuration raced over seeds S and S + 1: its first fit is seed S
-        proc = _tfrepro(folder, "tune", "--param", "zoo=1", "--budget", "2", "--min-seeds", "2", "--max-seeds", "2",
-                        "--seeds", f"{SEED},{SEED + 1}", "--metric", "zoo_loss", "--goal", "min", "--out",
-                        str(folder / "out"), *_python("all"), env=env)
     elif entry == "doctor":
         proc = _tfrepro(folder, "doctor", "--continue", *seed, "--out", str(folder / "out"), *_python("all"), env=env)
     elif entry == "doctor_every_fit":  # the planted culprit in every pattern, each pattern's fit diagnosed

@@ -18,6 +18,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tfrepro
 from conftest import clean_env
 from tfrepro.ops.exact import _fixed, convolutions, linalg, slices
 
@@ -87,6 +88,41 @@ def test_the_largest_digits_over_the_longest_chunk_give_the_same_bits():
     wide, sliced = both_paths(lambda: _fixed.exact_matmul(a, b).numpy())
     assert bits(sliced) == bits(wide)
     assert wide[0, 0] == np.float32(2047 * np.float64(largest) ** 2)
+
+
+def test_digits_of_128_fill_a_chunk_to_exactly_2_to_the_24():
+    """The largest quantised integers, ``|q| = 2**23`` (values just below a power of two round up to
+    it), whose high digit is 128: each chunk of 1,024 sums to 2**24 exactly."""
+    largest = np.float32(1 - 2.0**-24)  # quantised to 2**23: digits (0, 0, 128)
+    for k in (1024, 2048):
+        a, b = np.full((2, k), largest, np.float32), np.full((k, 3), -largest, np.float32)
+        wide, sliced = both_paths(lambda: _fixed.exact_matmul(a, b).numpy())
+        assert bits(sliced) == bits(wide)
+        assert wide[0, 0] == -k  # each value quantised to 2**23 / 2**23 = 1 (within the documented bound)
+
+
+def test_rows_whose_largest_value_is_subnormal_give_the_same_bits():
+    """A row's scale from a subnormal maximum: the float32 path's two power-of-two factors against the
+    float64 path's exact upcast (whatever the CPU does with subnormal inputs, both paths agree)."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((4, 50)).astype(np.float32)
+    a[0] = (rng.standard_normal(50) * 1e-39).astype(np.float32)  # every element subnormal or zero
+    a[1] = (rng.standard_normal(50) * 2.0**-126).astype(np.float32)
+    b = rng.standard_normal((50, 3)).astype(np.float32)
+    b[:, 0] = (rng.standard_normal(50) * 1e-40).astype(np.float32)
+    wide, sliced = both_paths(lambda: _fixed.exact_matmul(a, b).numpy())
+    assert bits(sliced) == bits(wide)
+
+
+def test_one_product_at_two_ranks_gives_the_same_bits():
+    """A kernel traced at rank 2 and then at rank 3 with the same K (a Dense layer and an attention
+    product): each rank has its own traced kernel, on either path."""
+    rng = np.random.default_rng(6)
+    for k in (300, 3000):
+        flat = rng.standard_normal((5, k)).astype(np.float32), rng.standard_normal((k, 4)).astype(np.float32)
+        batched = rng.standard_normal((2, 5, k)).astype(np.float32), rng.standard_normal((2, k, 4)).astype(np.float32)
+        wide, sliced = both_paths(lambda: [bits(_fixed.exact_matmul(*flat)), bits(_fixed.exact_matmul(*batched))])
+        assert sliced == wide
 
 
 def test_gradients_and_xla_compiled_steps_give_the_same_bits():
@@ -169,12 +205,29 @@ def test_the_path_is_chosen_by_the_environment_and_a_bad_value_is_named(monkeypa
     monkeypatch.setenv(slices.ENV, "Float32")
     assert slices.path() == "float32"
     monkeypatch.setenv(slices.ENV, "auto")
-    assert slices.path() == ("float32" if any(
-        tuple(tf.config.experimental.get_device_details(gpu).get("compute_capability", ())) not in
-        slices.FULL_RATE_FLOAT64 for gpu in tf.config.list_physical_devices("GPU")) else "float64")
+    capabilities = [tf.config.experimental.get_device_details(gpu).get("compute_capability")
+                    for gpu in tf.config.get_visible_devices("GPU")]
+    slow = [c for c in capabilities if c is not None and tuple(c) not in slices.FULL_RATE_FLOAT64]
+    assert slices.path() == ("float32" if slow else "float64")  # a CPU: float64
     monkeypatch.setenv(slices.ENV, "fp16")
     with pytest.raises(ValueError, match=r"^TFREPRO_EXACT_PRODUCTS must be one of auto, float64, float32; got 'fp16'$"):
         slices.path()
+
+
+def test_status_says_which_path_patch_refuses_a_bad_one_and_traces_record_it(monkeypatch):
+    from tfrepro.proof.environment_info import environment
+
+    monkeypatch.setenv(slices.ENV, "float32")
+    with tfrepro.patched(0, ops="exact"):
+        assert "products in float32 slices (the same bits either way)" in str(tfrepro.status())
+        assert environment()["env"][slices.ENV] == "float32"
+    monkeypatch.setenv(slices.ENV, "float64")
+    with tfrepro.patched(0, ops="exact"):
+        assert "products in float64 (the same bits either way)" in str(tfrepro.status())
+    monkeypatch.setenv(slices.ENV, "fp16")
+    with pytest.raises(ValueError, match="TFREPRO_EXACT_PRODUCTS must be one of"):
+        tfrepro.patch(0, ops="exact")
+    assert "exact tier" not in str(tfrepro.status())  # all or nothing: the failed patch left nothing
 
 
 @pytest.mark.slow

@@ -111,6 +111,13 @@ RUNS = {
                           "lstm_axes": ["--model", "lstm", "--threads", "1", "--onednn", "off", *JIT]}),
 }
 REFUSED = {"batch_norm_mirrored", "transformer_mirrored"}  # runs the exact tier's audit must refuse before a step
+# Inference (issue #35): these runs then predict 64 samples in batches of 1, 7, 64 and of mixed sizes; the pairs
+# compare their outputs across the pairs' axes, the auto runs are the negative control (TF's own kernels)
+INFERENCE = {"base", "threads1_onednn_off", "auto1", "auto2", "transformer", "transformer_axes", "resnet",
+             "resnet_mirrored", "lstm", "lstm_axes"}
+EXPORTED = {"base", "transformer", "resnet"}  # and save a SavedModel, served by a process without tfrepro
+PAIRS = {"threads1_onednn_off": "base", "transformer_axes": "transformer", "resnet_mirrored": "resnet",
+         "lstm_axes": "lstm"}
 
 
 def _train(args: list[str], refused: bool = False) -> dict:
@@ -123,9 +130,18 @@ def _train(args: list[str], refused: bool = False) -> dict:
 
 
 @pytest.fixture(scope="module")
-def trained():
+def exports(tmp_path_factory):
+    return tmp_path_factory.mktemp("exports")
+
+
+@pytest.fixture(scope="module")
+def trained(exports):
+    def more(name: str) -> list[str]:
+        return ((["--inference"] if name in INFERENCE else [])
+                + (["--export", str(exports / name)] if name in EXPORTED else []))
+
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(_train, args, name in REFUSED) for name, args in RUNS.items()}
+        futures = {name: pool.submit(_train, [*args, *more(name)], name in REFUSED) for name, args in RUNS.items()}
         return {name: future.result() for name, future in futures.items()}
 
 
@@ -153,7 +169,8 @@ def test_auto_gives_different_weights_across_thread_counts_and_onednn_negative_c
 
 @pytest.mark.parametrize("one, two", [pytest.param(*pair, marks=pytest.mark.skipif(
     pair[0] not in RUNS, reason="Keras 3's: Keras 2's replica pair is the ResNet's (RUNS)"))
-    for pair in [("no_dropout", "no_dropout_mirrored"), ("autoencoder", "autoencoder_mirrored"), ("resnet", "resnet_mirrored")]])
+    for pair in [("no_dropout", "no_dropout_mirrored"), ("autoencoder", "autoencoder_mirrored"),
+                 ("resnet", "resnet_mirrored")]])
 def test_one_device_and_two_replicas_give_the_same_weights_normalisations_and_transposed_convolutions_included(
         trained, one, two):
     """The weights, bit for bit (the loss Keras reports is its metric's mean of the replicas' means,
@@ -202,3 +219,41 @@ def test_elementwise_ops_give_the_same_bits_at_any_thread_count():
     assert len(outputs[0]["ops"]) >= 15
     differing = [op for op in outputs[0]["ops"] if outputs[0]["ops"][op] != outputs[1]["ops"][op]]
     assert not differing, differing
+
+
+def test_inference_gives_each_sample_the_same_bits_in_any_batch_and_across_the_axes(trained):
+    """Issue #35: under the exact tier each sample's prediction is the same bits in batches of 1, 7 and
+    64 and in requests of mixed sizes, and the same across each pair's axes (threads, oneDNN, the
+    product path; XLA for the Transformer and the LSTM on Keras 3; two replicas for the ResNet)."""
+    ran = [name for name in INFERENCE if name in RUNS and not name.startswith("auto")]
+    assert ran
+    for name in ran:
+        assert set(trained[name]["inference"]["differing"].values()) == {0}, (name, trained[name]["inference"])
+    for name, base in PAIRS.items():
+        if name in RUNS:
+            assert trained[name]["inference"]["digest"] == trained[base]["inference"]["digest"], name
+
+
+def test_a_saved_model_serves_the_exact_bits_without_tfrepro(trained, exports):
+    """The SavedModels the exact runs exported, served by a process that cannot import tfrepro, with 1
+    thread, oneDNN off and no XLA but the tier's own kernels (the CNN and the Transformer were exported
+    at 2 threads with oneDNN on; Keras 3's ResNet with XLA): each sample's output is the exporting
+    process's, in every batching."""
+    folders = [str(exports / name) for name in sorted(EXPORTED) if name in RUNS]
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "serve_saved_model.py"), *folders], capture_output=True,
+                          text=True, timeout=600, check=False,
+                          env=clean_env(TF_NUM_INTRAOP_THREADS="1", TF_ENABLE_ONEDNN_OPTS="0"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    served = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not served["tfrepro_imported"]
+    assert {folder: set(counts.values()) for folder, counts in served["differing"].items()} == dict.fromkeys(
+        folders, {0}), served
+
+
+@pytest.mark.skipif(KERAS2, reason="TF's kernels, the same under either Keras: Keras 3's runs (RUNS)")
+def test_tfs_own_kernels_change_samples_with_their_batch_negative_control(trained):
+    """The negative control: under ops="auto" (TF's kernels, op determinism on), predicting the same
+    CNN's samples in other batches changes some samples' bits, with 1 thread and oneDNN off and with 2
+    threads and oneDNN on (measured here: most of the 64 samples alone against in one batch of 64)."""
+    for name in ("auto1", "auto2"):
+        assert max(trained[name]["inference"]["differing"].values()) > 0, trained[name]["inference"]

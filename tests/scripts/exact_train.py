@@ -17,7 +17,7 @@ global average pooling); its BatchNormalization synchronized across replicas (--
 usage: exact_train.py [--model cnn|transformer|autoencoder|resnet|lstm] [--ops exact|auto] [--threads N] [--onednn on|off]
                       [--jit] [--no-dropout] [--replicas 1|2] [--steps N] [--layer-norm]
                       [--batch-norm] [--sync-bn] [--attention] [--no-activations]
-                      [--products auto|float64|float32]
+                      [--products auto|float64|float32] [--inference] [--export DIR]
 
 --replicas 2 trains under MirroredStrategy over two logical CPU devices with the same global batch.
 """
@@ -41,6 +41,10 @@ parser.add_argument("--batch-norm", action="store_true", help="a BatchNormalizat
 parser.add_argument("--sync-bn", action="store_true", help="BatchNormalization(synchronized=True)")
 parser.add_argument("--attention", action="store_true", help="self-attention over the CNN's 16 features as 4 tokens")
 parser.add_argument("--no-activations", action="store_true", help="leave out the activations after the first Dense")
+parser.add_argument("--inference", action="store_true",
+                    help="after training, predict 64 samples in batches of 1, 7, 64 and of mixed sizes")
+parser.add_argument("--export", default=None, metavar="DIR",
+                    help="save the trained model as a SavedModel in DIR (with the 64 inputs and their outputs)")
 parser.add_argument("--products", choices=("auto", "float64", "float32"), default=None,
                     help="TFREPRO_EXACT_PRODUCTS: the exact tier's product path (the same bits either way)")
 args = parser.parse_args()
@@ -151,6 +155,32 @@ def lstm():
                                 tf.keras.layers.GRU(8, dropout=0.1), tf.keras.layers.Dense(10, activation="softmax")])
 
 
+# requests of mixed sizes, 64 samples (after the 1, each sample has other batch-mates than in batches of 7)
+MIXED = (7, 7, 1, 7, 7, 7, 7, 7, 7, 7)
+
+
+def inference(model, x):
+    """Predict ``x`` (64 samples) in batches of 1, 7 and 64 and in requests of mixed sizes: whether each
+    sample's output has the same bits in every batching, and how many samples differ from batch 64's;
+    with ``--export``, the SavedModel, the inputs and the batch-64 outputs in that folder."""
+    outputs = {str(size): model.predict(x, batch_size=size, verbose=0) for size in (1, 7, 64)}
+    start = np.cumsum((0,) + MIXED)
+    outputs["mixed"] = np.concatenate([model.predict(x[a:b], batch_size=b - a, verbose=0)
+                                       for a, b in zip(start[:-1], start[1:])])
+    reference = outputs["64"]
+    differing = {name: int(sum(out[i].tobytes() != reference[i].tobytes() for i in range(len(x))))
+                 for name, out in outputs.items() if name != "64"}
+    if args.export:
+        os.makedirs(args.export, exist_ok=True)
+        if hasattr(model, "export"):  # Keras 3: a SavedModel with a serving endpoint
+            model.export(os.path.join(args.export, "model"), verbose=False)
+        else:
+            tf.saved_model.save(model, os.path.join(args.export, "model"))
+        np.save(os.path.join(args.export, "inputs.npy"), x)
+        np.save(os.path.join(args.export, "outputs.npy"), reference)
+    return {"differing": differing, "digest": hashlib.sha256(reference.tobytes()).hexdigest()}
+
+
 def as_tokens(images):
     """Each 28x28 digit as 49 tokens: the ink of its 4x4 patches, in 16 levels."""
     patches = images.reshape(-1, 7, 4, 7, 4).mean(axis=(2, 4)).reshape(-1, 49)
@@ -171,7 +201,10 @@ with strategy.scope():
     if args.jit and not model.jit_compile:  # Keras 3 turns XLA off under op determinism (model_supports_jit),
         model._jit_compile = True  # and its setter too: only the attribute puts fit's step under XLA
 history = model.fit(x_train, y_train, batch_size=batch, epochs=1, shuffle=False, verbose=0)
-print(json.dumps({"digest": weights_digest(model),
+found = {}
+if args.inference or args.export:
+    found["inference"] = inference(model, x_train[:64])
+print(json.dumps({**found, "digest": weights_digest(model),
                   "weights": [hashlib.sha256(w.tobytes()).hexdigest()[:12] for w in model.get_weights()], "loss": [float(v) for v in history.history["loss"]],
                   "accuracy": [float(v) for v in history.history.get("accuracy", [])],
                   "replicas": strategy.num_replicas_in_sync, "jit": bool(model.jit_compile),

@@ -192,7 +192,8 @@ def _replacements_setting(tf_version: str | None) -> Setting:
         covered = [name for name in replaced if not name.startswith("refused ")]
         refused = [name[len("refused "):] for name in replaced if name.startswith("refused ")]
         try:
-            products = f"products in {'float32 slices' if slices.path() == 'float32' else 'float64'} (the same bits either way)"
+            path = "float32 slices" if slices.path() == "float32" else "float64"
+            products = f"products in {path} (the same bits either way)"
         except ValueError as exc:
             products = str(exc)
         return Setting("op replacements", f"exact tier (ops='exact'): {len(covered)} ops order-invariant (matmul, convolution, pooling, "

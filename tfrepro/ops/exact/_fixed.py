@@ -244,29 +244,35 @@ def exact_matmul(a: tf.Tensor, b: tf.Tensor, replicas: Replicas | None = None,
     return replicas.first_only(tf.where(rows_ok & cols_ok, result, tf.constant(float("nan"), dtype)))
 
 
-def _plan(a: tf.Tensor, b: tf.Tensor) -> tuple[str, int | None]:
+def _plan(a: tf.Tensor, b: tf.Tensor) -> tuple[str, int | None, int | None]:
     """How the exact products are formed (every plan gives the same integers): "single" (K <= 128:
     one float64 product), "chunks" (K in chunks of 128, one batched float64 product, the chunks'
-    int64 totals added), or "limbs" (``a`` split in two limbs, for an unknown K, or where the
+    int64 totals added), or "limbs" (``a`` split in two limbs, for an unknown K or rank, or where the
     chunks' partial products would outweigh a second product); or "slices" (float32 digit
-    products, ``slices``, where ``slices.path()`` says so); with the static K."""
-    k, n = a.shape[-1], b.shape[-1]
+    products, ``slices``, where ``slices.path()`` says so); with the static K and rank (a kernel is
+    traced per plan: one traced for two ranks would be generalised to an unknown rank)."""
+    a_shape, b_shape = tf.TensorShape(a.shape), tf.TensorShape(b.shape)
+    rank = a_shape.rank
+    k, n = (a_shape[-1], b_shape[-1]) if rank and b_shape.rank else (None, None)
     if slices.path() == "float32":
-        return "slices", k
-    if k is None or n is None:
-        return "limbs", None
+        return "slices", k, rank
+    if k is None or n is None or rank is None:
+        return "limbs", None, rank
     if k <= CHUNK_K:
-        return "single", k
-    return ("chunks" if -(-k // CHUNK_K) * n <= 2 * k else "limbs"), k
+        return "single", k, rank
+    return ("chunks" if -(-k // CHUNK_K) * n <= 2 * k else "limbs"), k, rank
 
 
-def _integer_product(a, b, ea, eb, a_bits, b_bits, plan: tuple[str, int | None]) -> tf.Tensor:
+def _integer_product(a, b, ea, eb, a_bits, b_bits, plan: tuple[str, int | None, int | None]) -> tf.Tensor:
     """The exact int64 sums of the quantised products (module doc)."""
-    how, k = plan
+    how, k, rank = plan
     if how == "slices":  # the same integers from float32 slices (``slices``), float64 inputs quantised as they are
-        qa, qb = ((tf.cast(quantise(finite_or_zero(x), e, bits), tf.float32) if x.dtype == tf.float64
-                   else slices.quantise(finite_or_zero(x), e, bits)) for x, e, bits in ((a, ea, a_bits), (b, eb, b_bits)))
-        return slices.integer_product(qa, qb, k)
+        def sliced(x, e, bits):
+            if x.dtype == tf.float64:
+                return tf.cast(quantise(finite_or_zero(x), e, bits), tf.float32)
+            return slices.quantise(finite_or_zero(x), e, bits)
+
+        return slices.integer_product(sliced(a, ea, a_bits), sliced(b, eb, b_bits), k)
     qa = quantise(finite_or_zero(a), ea, a_bits)
     qb = quantise(finite_or_zero(b), eb, b_bits)
     if how == "single":
@@ -274,7 +280,6 @@ def _integer_product(a, b, ea, eb, a_bits, b_bits, plan: tuple[str, int | None])
     if how == "chunks":
         chunks = -(-k // CHUNK_K)
         pad = chunks * CHUNK_K - k
-        rank = a.shape.rank
         qa = tf.pad(qa, [[0, 0]] * (rank - 1) + [[0, pad]])
         qb = tf.pad(qb, [[0, 0]] * (rank - 2) + [[0, pad], [0, 0]])
         lead = tf.shape(qa)[:-2]
@@ -289,7 +294,7 @@ def _integer_product(a, b, ea, eb, a_bits, b_bits, plan: tuple[str, int | None])
     return int64_from_float64(both[..., :rows, :]) * 2**LOW_LIMB_BITS + int64_from_float64(both[..., rows:, :])
 
 
-def _whole_product(a, b, plan: tuple[str, int | None], dtype: tf.DType) -> tf.Tensor:
+def _whole_product(a, b, plan: tuple[str, int | None, int | None], dtype: tf.DType) -> tf.Tensor:
     a, b = working(a), working(b)
     ea, rows_ok = exponent_of_max(a, -1)
     eb, cols_ok = exponent_of_max(b, -2)
@@ -321,7 +326,7 @@ KERNEL_PREFIX = "tfrepro_exact_"
 BACKWARD_OF_KERNEL = "__backward_" + KERNEL_PREFIX  # TF's name for the backward function of a kernel
 
 
-def _compiled(kernel, plan: tuple[str, int | None], dtype: tf.DType):
+def _compiled(kernel, plan: tuple[str, int | None, int | None], dtype: tf.DType):
     """``kernel`` as an XLA-compiled ``tf.function``: its elementwise passes fuse (about 1.7x
     faster on a CPU). Every step is exact, so compiling cannot change a bit."""
     key = (kernel, plan) if kernel is _integer_product else (kernel, plan, dtype)

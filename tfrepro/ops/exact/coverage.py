@@ -69,7 +69,8 @@ _ANY_DTYPE_EXACT = frozenset("""
     TensorListReserve TensorListSetItem TensorListGetItem TensorListFromTensor TensorListStack TensorListLength
     TensorListElementShape TensorListPushBack TensorListPopBack TensorListConcatV2 TensorListSplit
     If StatelessIf While StatelessWhile PartitionedCall StatefulPartitionedCall Case StatelessCase RemoteCall
-""".split())
+    DisableCopyOnRead SaveV2 RestoreV2 MergeV2Checkpoints ShardedFilename StaticRegexFullMatch RegexFullMatch
+""".split())  # (the last line: the functions a SavedModel's saver traces, which move the variables' bytes)
 # One IEEE-rounded operation per element: the same bits on every axis, but for XLA's multiply-add fusion.
 _ROUNDED_ONCE = frozenset("""
     Add AddV2 Sub Mul MulNoNan RealDiv Div DivNoNan Sqrt Square SquaredDifference BiasAdd AddN

@@ -1,5 +1,5 @@
-"""The exact products in float32 slices: the same integers as ``_fixed``'s float64 products, with no
-float64 arithmetic, for the GPUs whose float64 runs at 1/32 or 1/64 of their float32 rate.
+"""The exact products in float32 slices: the same integers as ``_fixed``'s float64 products, formed
+with no float64 arithmetic, for the GPUs whose float64 runs at 1/32 or 1/64 of their float32 rate.
 
 **The method** (Ozaki's splitting, with float32 slices). ``_fixed`` quantises ``A`` and ``B`` to
 integers ``qa``, ``qb`` of at most ``2**23`` in magnitude and needs the exact sums
@@ -10,9 +10,10 @@ most ``2**14``, so a float32 sum of up to ``CHUNK_K = 1024`` of them is an integ
 ``2**24``: exact in float32 whatever the order, blocking, thread count, FMA use or split-K of the
 kernel that sums it, and exact with TF32 (or bfloat16) inputs, which hold every digit. The nine
 digit products are one float32 GEMM (the digits of ``A`` stacked along M, those of ``B`` along
-N); K beyond 1024 is cut into chunks of 1024 (one batched GEMM) whose int64 totals are added. The
-nine int64 partial totals are shifted and added: ``T``, the same integer as the float64 path's, so
-every result is the same bits (tested over shapes, magnitudes and K).
+N); K beyond 1024 (or unknown when traced) is cut into chunks of at most 1024, one GEMM each in a
+loop whose int64 totals are added. The nine int64 partial totals are shifted and added: ``T``, the
+same integer as the float64 path's, so every result is the same bits (tested over shapes,
+magnitudes and K).
 
 **Cost.** Nine float32 products for the float64 path's one (two beyond K = 128 where the chunks'
 partial products would outweigh a second product): on a CPU, whose float64 runs at half its
@@ -60,8 +61,9 @@ def path() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _auto() -> str:
-    """float32 where a visible GPU runs float64 slowly (a device's details do not change in a process)."""
-    for gpu in tf.config.list_physical_devices("GPU"):
+    """float32 where a visible GPU runs float64 slowly (a device's details do not change in a process;
+    the visible devices are set before TF's runtime starts, and a product is traced after)."""
+    for gpu in tf.config.get_visible_devices("GPU"):
         capability = tf.config.experimental.get_device_details(gpu).get("compute_capability")
         if capability is not None and tuple(capability) not in FULL_RATE_FLOAT64:
             return "float32"
@@ -89,29 +91,35 @@ def digits(q: tf.Tensor) -> list[tf.Tensor]:
 
 def integer_product(qa: tf.Tensor, qb: tf.Tensor, k: int | None) -> tf.Tensor:
     """``qa @ qb`` as exact int64 sums, for float32 integers ``qa`` [..., M, K] and ``qb`` [..., K, N]
-    of at most ``2**23`` in magnitude (``k``: the static K, or None)."""
-    rank = qa.shape.rank
-    rows, columns = tf.shape(qa)[-2], tf.shape(qb)[-1]
-    stacked_a = tf.concat(digits(qa), axis=-2)  # [..., 3M, K]: digit i of A in rows i*M .. (i+1)*M
-    stacked_b = tf.concat(digits(qb), axis=-1)  # [..., K, 3N]
+    of at most ``2**23`` in magnitude (``k``: the static K, or None). K up to ``CHUNK_K`` is one
+    product; beyond, a loop over chunks of ``CHUNK_K`` (the last one zero-padded) adds each chunk's
+    int64 totals, so that memory stays that of one chunk's product whatever K."""
+    lead, rows, columns = tf.shape(qa)[:-2], tf.shape(qa)[-2], tf.shape(qb)[-1]
+    depth = tf.shape(qa)[-1]
+    # the batch dimensions as one (none: one), so that every step below has a known rank
+    stacked_a = tf.reshape(tf.concat(digits(qa), axis=-2), [-1, DIGITS * rows, depth])  # digit i: rows i*M ..
+    stacked_b = tf.reshape(tf.concat(digits(qb), axis=-1), [-1, depth, DIGITS * columns])
     if k is not None and k <= CHUNK_K:
         partial = tf.cast(_stock.matmul(stacked_a, stacked_b), tf.int64)
-    else:  # K in chunks of CHUNK_K (zeros padded), one batched product, the chunks' totals added in int64
-        k_now = tf.shape(qa)[-1]
-        chunks = (k_now + CHUNK_K - 1) // CHUNK_K
-        pad = chunks * CHUNK_K - k_now
-        stacked_a = tf.pad(stacked_a, [[0, 0]] * (rank - 1) + [[0, pad]])
-        stacked_b = tf.pad(stacked_b, [[0, 0]] * (rank - 2) + [[0, pad], [0, 0]])
-        lead = tf.shape(stacked_a)[:-2]
-        stacked_a = tf.reshape(stacked_a, tf.concat([lead, [DIGITS * rows, chunks, CHUNK_K]], 0))
-        stacked_a = tf.transpose(stacked_a, [*range(rank - 2), rank - 1, rank - 2, rank])  # [..., chunks, 3M, 1024]
-        stacked_b = tf.reshape(stacked_b, tf.concat([lead, [chunks, CHUNK_K, DIGITS * columns]], 0))
-        partial = _stock.reduce_sum(tf.cast(_stock.matmul(stacked_a, stacked_b), tf.int64), axis=-3)
-    lead = tf.shape(partial)[:-2]
-    blocks = tf.reshape(partial, tf.concat([lead, [DIGITS, rows, DIGITS, columns]], 0))
+    else:
+        chunk = tf.clip_by_value(depth, 1, CHUNK_K)  # K = 0: no chunk, a total of zeros
+        chunks = (depth + chunk - 1) // chunk
+        pad = chunks * chunk - depth
+        stacked_a = tf.pad(stacked_a, [[0, 0], [0, 0], [0, pad]])
+        stacked_b = tf.pad(stacked_b, [[0, 0], [0, pad], [0, 0]])
+
+        def add_chunk(index, total):
+            start = index * chunk
+            a_part = stacked_a[:, :, start:start + chunk]
+            b_part = stacked_b[:, start:start + chunk, :]
+            return index + 1, total + tf.cast(_stock.matmul(a_part, b_part), tf.int64)
+
+        zeros = tf.zeros(tf.stack([tf.shape(stacked_a)[0], DIGITS * rows, DIGITS * columns]), tf.int64)
+        _, partial = tf.while_loop(lambda index, _: index < chunks, add_chunk, (tf.constant(0), zeros))
+    blocks = tf.reshape(partial, [-1, DIGITS, rows, DIGITS, columns])
     total = None
     for i in range(DIGITS):
         for j in range(DIGITS):
-            term = blocks[..., i, :, j, :] * 2 ** (DIGIT_BITS * (i + j))
+            term = blocks[:, i, :, j, :] * 2 ** (DIGIT_BITS * (i + j))
             total = term if total is None else total + term
-    return total
+    return tf.reshape(total, tf.concat([lead, [rows, columns]], 0))
