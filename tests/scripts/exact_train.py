@@ -172,8 +172,8 @@ def inference(model, x):
                  for name, out in outputs.items() if name != "64"}
     if args.export:
         os.makedirs(args.export, exist_ok=True)
-        if hasattr(model, "export"):  # Keras 3: a SavedModel with a serving endpoint
-            model.export(os.path.join(args.export, "model"), verbose=False)
+        if hasattr(model, "export"):  # Keras 3 and tf-keras: a SavedModel with a serving endpoint
+            model.export(os.path.join(args.export, "model"))
         else:
             tf.saved_model.save(model, os.path.join(args.export, "model"))
         np.save(os.path.join(args.export, "inputs.npy"), x)
