@@ -8,7 +8,9 @@ sequence), and the two arms' final losses over a few seeds compared with
 
 Per op: forward + backward as a tf.function, best of --reps after a warm-up, the arms alternating:
 the exact op with its products in float64 and in float32 slices (``exact.slices``: the same bits;
-the path a GPU with slow float64 takes), and TF's op.
+the path a GPU with slow float64 takes), and TF's op. Then the convolution's forward product alone:
+both exact paths, TF's float64 and float32 matmul, and XLA's int8 and bfloat16 products with a wide
+accumulator (where the CPU time goes, and what a faster exact path could build on).
 Whole model: a fresh process per arm and seed trains 4 epochs (batch 64) and takes its fastest epoch
 after the first (tracing and compilation are the first's; the fastest is the one least disturbed by
 whatever else the machine ran: on this shared 2-core machine one epoch can take twice another); the
@@ -128,6 +130,49 @@ def _per_op(reps: int) -> list[tuple[str, float, float, float]]:
     return rows
 
 
+def _products(reps: int) -> list[tuple[str, float]]:
+    """The conv 26x26x32 -> 64's forward product ([36864, 288] @ [288, 64]) on this CPU: the exact
+    tier's two paths, TF's float64 and float32 matmul, and the integer and bfloat16 products with a
+    wide accumulator that XLA offers (``BatchMatMulV3``: int8 x int8 -> int32, bfloat16 x bfloat16 ->
+    float32; exact sums of small integers in any order, the lead for a faster exact path)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tfrepro.ops.exact import _fixed, slices
+
+    rng = np.random.default_rng(0)
+    a = tf.constant(rng.standard_normal((36864, 288)).astype(np.float32))
+    b = tf.constant(rng.standard_normal((288, 64)).astype(np.float32))
+    digits_a = tf.constant(rng.integers(-128, 128, (36864, 288)), tf.int8)
+    digits_b = tf.constant(rng.integers(-128, 128, (288, 64)), tf.int8)
+
+    def wide(x, y, out):
+        return tf.function(lambda: tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=out), jit_compile=True)
+
+    cases = {}
+    for products in PRODUCTS:
+        os.environ[slices.ENV] = products
+        cases[f"exact product ({products} path)"] = tf.function(lambda: _fixed.exact_matmul(a, b))
+        cases[f"exact product ({products} path)"]()
+    os.environ.pop(slices.ENV)
+    cases.update({
+        "TF matmul, float64": tf.function(lambda: tf.matmul(tf.cast(a, tf.float64), tf.cast(b, tf.float64))),
+        "TF matmul, float32": tf.function(lambda: tf.matmul(a, b)),
+        "XLA int8 x int8 -> int32": wide(digits_a, digits_b, tf.int32),
+        "XLA bfloat16 x bfloat16 -> float32": wide(tf.cast(digits_a, tf.bfloat16), tf.cast(digits_b, tf.bfloat16),
+                                                   tf.float32),
+    })
+    best = dict.fromkeys(cases, float("inf"))
+    for fn in cases.values():
+        fn()
+    for _ in range(reps):
+        for name, fn in cases.items():
+            start = time.perf_counter()
+            np.asarray(fn())
+            best[name] = min(best[name], time.perf_counter() - start)
+    return [(name, seconds * 1e3) for name, seconds in best.items()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("cnn", "lstm"), default="cnn")
@@ -144,6 +189,9 @@ def main() -> None:
         for name, wide_ms, sliced_ms, stock_ms in _per_op(args.reps):
             print(f"  {name:40s} {wide_ms:8.2f} {sliced_ms:8.2f} {stock_ms:7.2f}   "
                   f"{wide_ms / stock_ms:5.1f}x {sliced_ms / stock_ms:5.1f}x")
+        print("the conv's forward product, [36864, 288] @ [288, 64] (ms, best of %d; GOP/s)" % args.reps)
+        for name, ms in _products(args.reps):
+            print(f"  {name:40s} {ms:8.2f}   {2 * 36864 * 288 * 64 / ms / 1e6:6.0f}")
 
     import tfrepro
 

@@ -110,6 +110,39 @@ def test_compare_exit_codes(tmp_path):
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("tfrepro compare: error")
 
 
+@pytest.mark.slow
+def test_demo_runs_offline_and_matches(tmp_path):
+    env = clean_env(KERAS_HOME=str(tmp_path / "keras-home"))
+    proc = run_tfrepro("demo", "--epochs", "1", "--limit", "256", "--offline", "--out", str(tmp_path / "demo"), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "scikit-learn's bundled handwritten digits" in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert "no seeds: diverged" in lines
+    # the negative control that matters: seeds set the usual way, and the runs still differ on a CPU
+    assert "seeds only (keras.utils.set_random_seed(0)): diverged" in lines
+    assert "tfrepro.patch(0): identical" in lines and any(line.endswith("same bits: yes") for line in lines)
+
+
+def test_the_demos_control_arms_run_without_the_callers_determinism_switches(tmp_path, monkeypatch):
+    from tfrepro.examples import demo
+
+    watched = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "PYTHONHASHSEED")
+    seen = []
+
+    def environment_of_the_runs(command, *, config, **kwargs):  # what check would launch the runs with
+        env = config.to_env()
+        seen.append((config.patch, {name: env.get(name) for name in watched}))
+
+    monkeypatch.setattr(demo, "check", environment_of_the_runs)
+    for name, value in zip(watched, ("1", "1", "5")):
+        monkeypatch.setenv(name, value)
+    for name in demo.ARMS:
+        demo.run_arm(demo.arm(name, 0), epochs=1, limit=8, offline=True, out=tmp_path)
+    assert seen[0] == seen[1] == (False, dict.fromkeys(watched))
+    assert seen[2] == (True, {"TF_DETERMINISTIC_OPS": "1", "TF_CUDNN_DETERMINISTIC": "1", "PYTHONHASHSEED": "0"})
+    assert [os.environ[name] for name in watched] == ["1", "1", "5"]  # the caller's, restored
+
+
 def test_mnist_loader_prefers_the_keras_cache_and_falls_back_offline(tmp_path, monkeypatch):
     import numpy as np
 

@@ -25,8 +25,8 @@
   control;
 - every elementwise op the CNN's step uses gives the same bits at 1 and 2 threads.
 
-On Keras 2 (tf-keras) the activations, the negative controls and the elementwise check are left to
-Keras 3 (TF's ops and kernels, the same under either Keras), as are the CNN with Dropout and the
+On Keras 2 (tf-keras) the activations, the negative controls, the elementwise check and the float32
+slices are left to Keras 3 (TF's ops and kernels, the same under either Keras), as are the CNN with Dropout and the
 Transformer on one device (Keras 2's are the zoo's ``cnn_dropout`` and ``transformer``, in its exact
 column: 1 thread and oneDNN off, 2 threads and oneDNN on), and, within CI's budget, the CNN's and the
 autoencoder's replica pairs (the zoo's exact column runs both models on one device): Keras 2's replica

@@ -3,11 +3,14 @@ exactly: no seeds; seeds set the usual way; ``tfrepro.patch``."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfrepro.determinism.switches import DETERMINISM_ENV
 from tfrepro.launching.checking import CheckResult, check
 from tfrepro.launching.config import LaunchConfig
 from tfrepro.proof.traces import bits_float, read_trace
@@ -49,11 +52,28 @@ def demo_command(*, epochs: int, limit: int, offline: bool, script_args: tuple[s
     return command + (["--offline"] if offline else [])
 
 
+# What the control arms run without, whatever the caller's environment holds: TF's determinism switches
+# (TF_DETERMINISTIC_OPS=1 would make the arm "seeds only" deterministic on a CPU, and "no seeds" fail at
+# its first unseeded random op) and a fixed hash seed
+CONTROL_ARMS_UNSET = (*DETERMINISM_ENV, "PYTHONHASHSEED")
+
+
 def run_arm(demo_arm: Arm, *, epochs: int, limit: int, offline: bool, out: Path,
             on_run: Callable[[int], None] | None = None) -> CheckResult:
-    """Train the example twice in fresh interpreters as ``demo_arm`` says, and compare the runs."""
+    """Train the example twice in fresh interpreters as ``demo_arm`` says, and compare the runs. The
+    arms without ``tfrepro.patch`` run without ``CONTROL_ARMS_UNSET`` (restored after)."""
     command = demo_command(epochs=epochs, limit=limit, offline=offline, script_args=demo_arm.script_args)
-    return check(command, runs=2, config=demo_arm.config, out=out / demo_arm.name, on_run=on_run)
+    with _unset(() if demo_arm.config.patch else CONTROL_ARMS_UNSET):
+        return check(command, runs=2, config=demo_arm.config, out=out / demo_arm.name, on_run=on_run)
+
+
+@contextlib.contextmanager
+def _unset(names: tuple[str, ...]) -> Iterator[None]:
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def epoch_losses(trace_path: Path) -> list[float]:

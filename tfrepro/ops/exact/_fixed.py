@@ -10,8 +10,8 @@
   ``2**a_bits`` and ``2**b_bits``, so the sum of K products is an integer of at most ``2**62``.
 - The products are formed so that every float64 partial sum is an integer of at most ``2**53``,
   hence exact whatever order, blocking, thread count, FMA use or device sums it (``_plan``): one
-  float64 product for ``K <= 128`` (``128 * 2**46 = 2**53``); else K in chunks of 128, one batched
-  product, the chunks' int64 totals added; or ``qa = hi * 2**12 + lo`` in two limbs and two
+  float64 product for ``K <= 128`` (``128 * 2**46 = 2**53``); else K in the fewest chunks of at most
+  128 (of even width), one batched product, the chunks' int64 totals added; or ``qa = hi * 2**12 + lo`` in two limbs and two
   products. Every way gives the same integers. The int64 total is rounded to float32 once, then
   scaled by a power of two (exact for normal results; TF flushes subnormals to zero on a CPU).
 
@@ -246,7 +246,7 @@ def exact_matmul(a: tf.Tensor, b: tf.Tensor, replicas: Replicas | None = None,
 
 def _plan(a: tf.Tensor, b: tf.Tensor) -> tuple[str, int | None, int | None]:
     """How the exact products are formed (every plan gives the same integers): "single" (K <= 128:
-    one float64 product), "chunks" (K in chunks of 128, one batched float64 product, the chunks'
+    one float64 product), "chunks" (K in chunks of at most 128, one batched float64 product, the chunks'
     int64 totals added), or "limbs" (``a`` split in two limbs, for an unknown K or rank, or where the
     chunks' partial products would outweigh a second product); or "slices" (float32 digit
     products, ``slices``, where ``slices.path()`` says so); with the static K and rank (a kernel is
@@ -279,13 +279,14 @@ def _integer_product(a, b, ea, eb, a_bits, b_bits, plan: tuple[str, int | None, 
         return int64_from_float64(_stock.matmul(qa, qb))
     if how == "chunks":
         chunks = -(-k // CHUNK_K)
-        pad = chunks * CHUNK_K - k
+        width = -(-k // chunks)  # chunks of even width (K = 288: three of 96, no padding to 384)
+        pad = chunks * width - k
         qa = tf.pad(qa, [[0, 0]] * (rank - 1) + [[0, pad]])
         qb = tf.pad(qb, [[0, 0]] * (rank - 2) + [[0, pad], [0, 0]])
         lead = tf.shape(qa)[:-2]
-        qa = tf.reshape(qa, tf.concat([lead, [tf.shape(qa)[-2], chunks, CHUNK_K]], 0))
-        qa = tf.transpose(qa, [*range(rank - 2), rank - 1, rank - 2, rank])  # [..., chunks, M, 128]
-        qb = tf.reshape(qb, tf.concat([lead, [chunks, CHUNK_K, tf.shape(qb)[-1]]], 0))
+        qa = tf.reshape(qa, tf.concat([lead, [tf.shape(qa)[-2], chunks, width]], 0))
+        qa = tf.transpose(qa, [*range(rank - 2), rank - 1, rank - 2, rank])  # [..., chunks, M, width]
+        qb = tf.reshape(qb, tf.concat([lead, [chunks, width, tf.shape(qb)[-1]]], 0))
         return _stock.reduce_sum(int64_from_float64(_stock.matmul(qa, qb)), axis=-3)
     hi = tf.round(qa * 2.0**-LOW_LIMB_BITS)
     lo = qa - hi * 2.0**LOW_LIMB_BITS
