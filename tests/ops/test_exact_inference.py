@@ -59,3 +59,27 @@ def test_what_differs_is_named_and_bad_arguments_are_refused():
             assert_batch_invariant(batch_dependent, x, batch_sizes=sizes)
     with pytest.raises(ValueError, match=r"the same number in every part; got \[3, 6\]"):
         assert_batch_invariant(batch_dependent, {"a": x, "b": x[:3]})
+
+
+def test_a_sample_padded_to_another_length_can_get_other_bits_a_documented_limit():
+    """Padding is not batching: under masked attention, the product of the attention weights and the
+    values scales the values per column over every key, padded ones included (their weights are
+    exact zeros, their values are not), so a sample padded to another length can get other bits
+    (docs/explanation/exact-tier.md, "Batch-invariant inference"). If this starts to pass for every
+    sample, the limit is gone: say so in the docs."""
+    layers = tf.keras.layers
+    rng = np.random.default_rng(0)
+    with tfrepro.patched(0, ops="exact"):
+        tokens = tf.keras.Input((None,), dtype="int32")
+        x = layers.Embedding(20, 16, mask_zero=True)(tokens)
+        x = layers.LayerNormalization()(layers.Add()([x, layers.MultiHeadAttention(num_heads=2, key_dim=8)(x, x)]))
+        x = layers.GlobalAveragePooling1D()(layers.Dense(16, activation="relu")(x))
+        model = tf.keras.Model(tokens, layers.Dense(4)(x))
+        differ = 0
+        for _ in range(6):
+            length = int(rng.integers(2, 8))
+            sample = rng.integers(1, 20, (1, length)).astype("int32")
+            alone, padded = (model(np.pad(sample, [[0, 0], [0, pad]])).numpy() for pad in (0, 9))
+            differ += alone.tobytes() != padded.tobytes()
+            assert np.allclose(alone, padded, rtol=1e-5, atol=1e-6)  # the mask works: only the last bits move
+    assert differ > 0

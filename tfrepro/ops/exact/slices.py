@@ -105,16 +105,19 @@ def integer_product(qa: tf.Tensor, qb: tf.Tensor, k: int | None) -> tf.Tensor:
         chunk = tf.clip_by_value(depth, 1, CHUNK_K)  # K = 0: no chunk, a total of zeros
         chunks = (depth + chunk - 1) // chunk
         pad = chunks * chunk - depth
-        stacked_a = tf.pad(stacked_a, [[0, 0], [0, 0], [0, pad]])
-        stacked_b = tf.pad(stacked_b, [[0, 0], [0, pad], [0, 0]])
+        batch = tf.shape(stacked_a)[0]
+        # chunk-major, so that each step reads one contiguous chunk (slicing K in place made XLA's loop
+        # about 10x slower than its products: 1.5 s for K = 36,864)
+        chunked_a = tf.transpose(tf.reshape(tf.pad(stacked_a, [[0, 0], [0, 0], [0, pad]]),
+                                            tf.stack([batch, DIGITS * rows, chunks, chunk])), [2, 0, 1, 3])
+        chunked_b = tf.reshape(tf.transpose(tf.pad(stacked_b, [[0, 0], [0, pad], [0, 0]]), [1, 0, 2]),
+                               tf.stack([chunks, chunk, batch, DIGITS * columns]))
 
         def add_chunk(index, total):
-            start = index * chunk
-            a_part = stacked_a[:, :, start:start + chunk]
-            b_part = stacked_b[:, start:start + chunk, :]
-            return index + 1, total + tf.cast(_stock.matmul(a_part, b_part), tf.int64)
+            b_part = tf.transpose(chunked_b[index], [1, 0, 2])
+            return index + 1, total + tf.cast(_stock.matmul(chunked_a[index], b_part), tf.int64)
 
-        zeros = tf.zeros(tf.stack([tf.shape(stacked_a)[0], DIGITS * rows, DIGITS * columns]), tf.int64)
+        zeros = tf.zeros(tf.stack([batch, DIGITS * rows, DIGITS * columns]), tf.int64)
         _, partial = tf.while_loop(lambda index, _: index < chunks, add_chunk, (tf.constant(0), zeros))
     blocks = tf.reshape(partial, [-1, DIGITS, rows, DIGITS, columns])
     total = None
