@@ -18,6 +18,8 @@ def test_status_is_structured_printable_and_serialisable():
     text = str(report)
     assert "op determinism" in text and "PYTHONHASHSEED" in text
     assert json.loads(json.dumps(report.to_dict()))["settings"]
+    assert "op determinism" in report and "no such setting" not in report and 0 not in report
+    assert [setting.name for setting in report] == [setting.name for setting in report.settings]
     from rich.console import Console
 
     console = Console(record=True, width=200)

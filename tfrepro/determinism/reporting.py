@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -41,7 +42,8 @@ class Report:
     """What is and is not in place for reproducible training, and why: what `tfrepro.status()` returns.
 
     `print(report)` shows one line per setting; `report["op determinism"]` is one `Setting`, by name
-    (a `KeyError` for a name it does not hold); `report.ok` says whether anything breaks
+    (a `KeyError` for a name it does not hold), `"op determinism" in report` says whether it holds
+    one, and iterating gives the `Setting`s in order; `report.ok` says whether anything breaks
     reproducibility, and `report.to_dict()` is the same as JSON-serialisable data.
 
     Attributes:
@@ -60,6 +62,12 @@ class Report:
             if setting.name == name:
                 return setting
         raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return any(setting.name == name for setting in self.settings)
+
+    def __iter__(self) -> Iterator[Setting]:
+        return iter(self.settings)
 
     def problems(self) -> list[Setting]:
         """The settings known to break reproducibility.
