@@ -11,8 +11,8 @@
 - The products are formed so that every float64 partial sum is an integer of at most ``2**53``,
   hence exact whatever order, blocking, thread count, FMA use or device sums it (``_plan``): one
   float64 product for ``K <= 128`` (``128 * 2**46 = 2**53``); else K in the fewest chunks of at most
-  128 (of even width), one batched product, the chunks' int64 totals added; or ``qa = hi * 2**12 + lo`` in two limbs and two
-  products. Every way gives the same integers. The int64 total is rounded to float32 once, then
+  128 (of even width), one batched product, the chunks' int64 totals added; or ``qa = hi * 2**12 +
+  lo`` in two limbs and two products. Every way gives the same integers. The int64 total is rounded to float32 once, then
   scaled by a power of two (exact for normal results; TF flushes subnormals to zero on a CPU).
 
 Accuracy: quantisation moves each ``a`` by at most ``2**(ea - a_bits - 1)`` and each ``b`` by
@@ -246,8 +246,8 @@ def exact_matmul(a: tf.Tensor, b: tf.Tensor, replicas: Replicas | None = None,
 
 def _plan(a: tf.Tensor, b: tf.Tensor) -> tuple[str, int | None, int | None]:
     """How the exact products are formed (every plan gives the same integers): "single" (K <= 128:
-    one float64 product), "chunks" (K in chunks of at most 128, one batched float64 product, the chunks'
-    int64 totals added), or "limbs" (``a`` split in two limbs, for an unknown K or rank, or where the
+    one float64 product), "chunks" (K in chunks of at most 128, one batched float64 product, the
+    chunks' int64 totals added), or "limbs" (``a`` split in two limbs, for an unknown K or rank, or where the
     chunks' partial products would outweigh a second product); or "slices" (float32 digit
     products, ``slices``, where ``slices.path()`` says so); with the static K and rank (a kernel is
     traced per plan: one traced for two ranks would be generalised to an unknown rank)."""
