@@ -1,10 +1,11 @@
 """The exact tier's cost on this CPU, measured side by side in one run: each exact op against TF's
 op, then a model's epoch under ``patch(ops="exact")`` against ``patch(ops="auto")`` (the Keras
-MNIST CNN, or with ``--model lstm`` a bidirectional LSTM reading each digit's 28 rows as a
-sequence), and the two arms' final losses over a few seeds compared with
+MNIST CNN; with ``--model transformer`` keras-io's Transformer text classifier reading each digit as
+49 tokens, ``tfrepro.examples.transformer_classifier``; with ``--model lstm`` a bidirectional LSTM
+reading each digit's 28 rows as a sequence), and the two arms' final losses over a few seeds compared with
 ``tfrepro.compare_sweeps`` (do the exact ops train as well?). Not a test: the figures are printed only.
 
-    python bench/exact_cost.py [--model cnn|lstm] [--seeds 3] [--limit 2048] [--reps 5]
+    python bench/exact_cost.py [--model cnn|transformer|lstm] [--seeds 3] [--limit 2048] [--reps 5]
 
 Per op: forward + backward as a tf.function, best of --reps after a warm-up, the arms alternating:
 the exact op with its products in float64 and in float32 slices (``exact.slices``: the same bits;
@@ -44,12 +45,16 @@ def _child(ops: str, seed: int, limit: int, model_name: str) -> None:
     tfrepro.patch(seed, ops=ops)
     import tensorflow as tf
 
+    from tfrepro.examples import mnist_cnn, transformer_classifier
     from tfrepro.examples.datasets import load_mnist
-    from tfrepro.examples.mnist_cnn import build_model
 
     data = load_mnist(allow_download=False, limit=limit)
-    model = build_model(tf.keras) if model_name == "cnn" else _lstm(tf)
-    x_train = data.x_train if model_name == "cnn" else data.x_train.reshape(-1, 28, 28)
+    model, x_train = {
+        "cnn": lambda: (mnist_cnn.build_model(tf.keras), data.x_train),
+        "transformer": lambda: (transformer_classifier.build_model(tf.keras),
+                                transformer_classifier.as_tokens(data.x_train)),
+        "lstm": lambda: (_lstm(tf), data.x_train.reshape(-1, 28, 28)),
+    }[model_name]()
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     times = []
 
@@ -175,7 +180,7 @@ def _products(reps: int) -> list[tuple[str, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("cnn", "lstm"), default="cnn")
+    parser.add_argument("--model", choices=("cnn", "transformer", "lstm"), default="cnn")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--limit", type=int, default=2048)
     parser.add_argument("--reps", type=int, default=5)
@@ -201,7 +206,8 @@ def main() -> None:
             out = run([PYTHON, __file__, "--model", args.model, "--limit", str(args.limit), "--child", ops, str(seed)])
             results[ops].append(json.loads(out.strip().splitlines()[-1]))
     ratios = [e["epoch_s"] / a["epoch_s"] for e, a in zip(results["exact"], results["auto"])]
-    what = "MNIST CNN" if args.model == "cnn" else "bidirectional LSTM(64) over the digits' rows"
+    what = {"cnn": "MNIST CNN", "transformer": "Transformer classifier (49 tokens a digit)",
+            "lstm": "bidirectional LSTM(64) over the digits' rows"}[args.model]
     print(f"{what} epoch ({args.limit} images, batch 64, 2 CPU cores): exact "
           f"{median([r['epoch_s'] for r in results['exact']]):.2f} s, auto "
           f"{median([r['epoch_s'] for r in results['auto']]):.2f} s: {median(ratios):.1f}x (median of {args.seeds} seeds)")

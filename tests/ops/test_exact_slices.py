@@ -190,7 +190,7 @@ def test_the_float32_path_holds_no_float64_tensor():
     """What a GPU runs under the float32 path: every tensor of a float32 product's kernels, forward
     and replica-free, is float32 or an integer (the float64 path's, the control, holds float64)."""
     def kernel_dtypes(k):
-        plan = _fixed._plan(tf.zeros([4, k]), tf.zeros([k, 3]))
+        plan = _fixed._plan(tf.TensorShape([4, k]), tf.TensorShape([k, 3]))
         kernel = _fixed._compiled(_fixed._whole_product, plan, tf.float32)
         return _dtypes_in(kernel.get_concrete_function(tf.TensorSpec([4, k], tf.float32),
                                                        tf.TensorSpec([k, 3], tf.float32)))

@@ -537,6 +537,54 @@ def test_optimizer_updates_are_the_same_under_xla():
     assert bits(steps(keras.optimizers.Adam, False)) != bits(steps(keras.optimizers.Adam, True))
 
 
+def _edgy(shape) -> np.ndarray:
+    """Data over 60 binades with zeros of both signs, a subnormal, an infinity and a NaN."""
+    x = _scaled(shape, 30).ravel()
+    x[:5] = [0.0, -0.0, 1e-40, np.inf, np.nan]
+    return RNG.permutation(x).reshape(shape)
+
+
+def test_the_compiled_kernels_give_the_bits_of_tfs_kernels_one_by_one():
+    """The XLA kernels the tier compiles for speed (the optimizer updates, the batch sum, col2im, the
+    image patches) give the bits of the same arithmetic run by TF's kernels one by one (or of TF's
+    op), and a weight's gradient formed as ``(b^T @ a)^T`` those of ``a^T @ b``."""
+    from tfrepro.ops.exact import optimizers
+
+    def f64(value):
+        return tf.constant(value, tf.float64)
+
+    # float64 variables, whose every rounding shows (a float32 result hides a float64 one's last bits)
+    g, m, v, w, v_hat = (tf.constant((np.abs(_scaled((3000,), 12)) if i in (2, 4) else _scaled((3000,), 12))
+                                     .astype(np.float64)) for i in range(5))
+    for hat, adaptive in ((None, False), (v_hat, True)):
+        args = (g, m, v, hat, w, f64(1e-3), tf.constant(7, tf.int64), f64(0.9), f64(0.999), f64(1e-7), adaptive)
+        assert bits([x for x in optimizers.adam_values(*args) if x is not None]) == bits(
+            [x for x in tf.function(optimizers._adam_values)(*args) if x is not None])
+    for momentum, nesterov in ((None, False), (m, True)):
+        args = (g, momentum, w, f64(0.01), f64(0.9), nesterov)
+        assert bits([x for x in optimizers.sgd_values(*args) if x is not None]) == bits(
+            [x for x in tf.function(optimizers._sgd_values)(*args) if x is not None])
+
+    x = tf.constant(_edgy((6, 5, 4, 3)))
+    for axes in ([0, 1, 2], [1, 3]):
+        assert bits(_fixed.exact_batch_sum(x, axes)) == bits(tf.function(_fixed._batch_sum)(x, axes))
+
+    image = tf.constant(_edgy((2, 9, 8, 3)))
+    for strides, dilations, padding in (([2, 1], [1, 1], "SAME"), ([1, 1], [2, 2], "SAME"), ([2, 3], [1, 2], "VALID")):
+        rows, _ = convolutions._patches(image, [3, 2, 3, 4], dilations, strides, padding)
+        stock = tf.image.extract_patches(image, [1, 3, 2, 1], [1, *strides, 1], [1, *dilations, 1], padding)
+        assert bits(rows) == bits(tf.reshape(stock, [-1, 18]))
+        output = tf.shape(stock)
+        columns = tf.constant(_scaled((2, *output.numpy()[1:3], 3, 2, 3), 12).astype(np.float64))
+        placing = convolutions._compiled_col2im((3, 2), tuple(dilations), tuple(strides), padding, tf.float32)
+        assert bits(placing(columns, tf.shape(image))) == bits(tf.function(convolutions.col2im)(
+            columns, tf.shape(image), dilations, strides, padding, tf.float32))
+
+    for k in (3000, 2**16 + 5):  # the last: 22 and 23 bits, computed as asked
+        a, b = tf.constant(_edgy((k, 7))), tf.constant(_scaled((k, 5), 12))
+        assert bits(_fixed.exact_matmul_transposed_a(a, b)) == bits(_fixed.exact_matmul(tf.transpose(a), b))
+
+
 _weights = RNG.standard_normal(10_000).astype(np.float32)
 _grads = [RNG.standard_normal(10_000).astype(np.float32) * 1e-2 for _ in range(3)]
 

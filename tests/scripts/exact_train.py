@@ -65,6 +65,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tfrepro.examples.datasets import load_mnist  # noqa: E402
+from tfrepro.examples import transformer_classifier  # noqa: E402
 from tfrepro.examples.mnist_cnn import build_model, weights_digest  # noqa: E402
 
 batch = 64
@@ -100,28 +101,8 @@ class SelfAttention(tf.keras.layers.Layer):
         return self.attention(x, x)
 
 
-class TokenAndPositionEmbedding(tf.keras.layers.Layer):
-    def __init__(self, length, vocabulary, width):
-        super().__init__()
-        self.tokens = tf.keras.layers.Embedding(vocabulary, width)
-        self.positions = tf.keras.layers.Embedding(length, width)
-
-    def call(self, x):
-        return self.tokens(x) + self.positions(tf.range(tf.shape(x)[-1]))
-
-
-def transformer(length=49, vocabulary=16, width=32, heads=2, feed_forward=32):
-    layers = tf.keras.layers
-    rate = 0.0 if args.no_dropout else 0.1
-    tokens = tf.keras.Input((length,), dtype="int32")
-    x = TokenAndPositionEmbedding(length, vocabulary, width)(tokens)
-    attention = layers.MultiHeadAttention(num_heads=heads, key_dim=width)(x, x)
-    x = layers.LayerNormalization(epsilon=1e-6)(x + layers.Dropout(rate)(attention))
-    forward = layers.Dense(width)(layers.Dense(feed_forward, activation="relu")(x))
-    x = layers.LayerNormalization(epsilon=1e-6)(x + layers.Dropout(rate)(forward))
-    x = layers.Dropout(rate)(layers.GlobalAveragePooling1D()(x))
-    x = layers.Dropout(rate)(layers.Dense(20, activation="relu")(x))
-    return tf.keras.Model(tokens, layers.Dense(10, activation="softmax")(x))
+def transformer():
+    return transformer_classifier.build_model(tf.keras, dropout=0.0 if args.no_dropout else 0.1)
 
 
 def autoencoder():
@@ -181,13 +162,7 @@ def inference(model, x):
     return {"differing": differing, "digest": hashlib.sha256(reference.tobytes()).hexdigest()}
 
 
-def as_tokens(images):
-    """Each 28x28 digit as 49 tokens: the ink of its 4x4 patches, in 16 levels."""
-    patches = images.reshape(-1, 7, 4, 7, 4).mean(axis=(2, 4)).reshape(-1, 49)
-    return np.minimum((patches * 16).astype("int32"), 15)
-
-
-x_train = {"transformer": lambda x: as_tokens(x), "lstm": lambda x: x.reshape(-1, 28, 28)}.get(
+x_train = {"transformer": transformer_classifier.as_tokens, "lstm": lambda x: x.reshape(-1, 28, 28)}.get(
     args.model, lambda x: x)(data.x_train)
 y_train = data.x_train if args.model == "autoencoder" else data.y_train
 with strategy.scope():

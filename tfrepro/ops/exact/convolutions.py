@@ -4,8 +4,8 @@ products of image patches (im2col), with exact gradients.
 The forward product is ``patches @ kernel`` (``tf.image.extract_patches`` only moves data). The
 kernel's gradient is ``patches^T @ dy`` (the forward's patches, kept), replica-global
 (``_fixed.Replicas``). Both are one exact sum rounded once. The input's gradient is each patch's
-gradient ``dy @ kernel^T``, exact and rounded once to float64, added into place (col2im) in an
-order the code fixes, in float64, and rounded once to float32: at most ``kh * kw`` float64
+gradient ``dy @ kernel^T``, exact and rounded once to float64, added into place (col2im, one XLA
+kernel) in an order the code fixes, in float64, and rounded once to float32: at most ``kh * kw`` float64
 roundings, far below float32's, and the same under any thread count, oneDNN setting, XLA or device.
 
 The transposed convolutions (``tf.nn.conv_transpose``, ``conv2d_transpose``, ``conv1d_transpose``)
@@ -19,10 +19,13 @@ inputs of unknown rank and 3-D convolutions raise ``NotImplementedError`` by nam
 
 from __future__ import annotations
 
+import functools
+
 import tensorflow as tf
 
 from tfrepro.ops import _stock
 from tfrepro.ops.exact import _fixed
+from tfrepro.ops.exact._fixed import compiled
 from tfrepro.ops.exact.linalg import EXACT_DTYPES, is_weight, weight_gradient_replicas
 
 
@@ -55,11 +58,37 @@ def _same_padding(size: int | tf.Tensor, kernel: int, stride: int, dilation: int
     return total // 2, total - total // 2
 
 
+def windows(x: tf.Tensor, k: list[int], s: list[int], padding: str, fill: float = 0.0,
+            d: list[int] = (1, 1)) -> tf.Tensor:
+    """NHWC ``x``'s windows of ``k`` (strides ``s``, dilations ``d``) as [B, Ho, Wo, kh * kw, C], row-major
+    in each window (``tf.image.extract_patches``'s order), padded with ``fill`` as TF pads for
+    "SAME": strided slices, which only move data (XLA computes ``extract_patches`` as a
+    convolution, in which ``inf * 0`` is NaN)."""
+    if padding == "SAME":
+        pads = [_same_padding(tf.shape(x)[i + 1], k[i], s[i], d[i]) for i in range(2)]
+        x = tf.pad(x, [[0, 0], list(pads[0]), list(pads[1]), [0, 0]], constant_values=fill)
+    extent = [((tf.shape(x)[i + 1] - (k[i] - 1) * d[i] - 1) // s[i]) * s[i] + 1 for i in range(2)]
+    return tf.stack([x[:, a * d[0]:a * d[0] + extent[0]:s[0], e * d[1]:e * d[1] + extent[1]:s[1]]
+                     for a in range(k[0]) for e in range(k[1])], axis=3)
+
+
+@functools.lru_cache(maxsize=None)
+def _patch_kernel(k: tuple[int, int], dilations: tuple[int, int], strides: tuple[int, int], padding: str):
+    """``windows`` as image patches [B, Ho, Wo, kh * kw * C], an XLA kernel of its own (a copy in one
+    pass, about 2x faster than ``tf.image.extract_patches`` on a CPU; fused into the product's
+    passes, it slowed the product)."""
+    def patches(x):
+        found = windows(x, list(k), list(strides), padding, d=list(dilations))
+        shape = tf.shape(found)
+        return tf.reshape(found, tf.stack([shape[0], shape[1], shape[2], -1]))
+
+    return compiled(patches)
+
+
 def _patches(x: tf.Tensor, kernel_shape: list[int], dilations: list[int], strides: list[int], padding: str) -> tf.Tensor:
     """The NHWC image patches of ``x`` as rows [B * Ho * Wo, kh * kw * C], and their [B, Ho, Wo] shape."""
     kh, kw, c, _ = kernel_shape
-    patches = _stock.extract_patches(x, sizes=[1, kh, kw, 1], strides=[1, *strides, 1], rates=[1, *dilations, 1],
-                                     padding=padding)
+    patches = _patch_kernel((kh, kw), tuple(dilations), tuple(strides), padding)(x)
     return tf.reshape(patches, tf.stack([-1, kh * kw * c])), tf.shape(patches)[:3]
 
 
@@ -87,7 +116,21 @@ def _input_gradient(dy, kernel, input_shape, dilations, strides, padding) -> tf.
     columns = _fixed.exact_matmul(rows, weights, out_dtype=tf.float64)
     shape = tf.shape(dy)
     columns = tf.reshape(columns, tf.concat([shape[:3], [kh, kw, c]], 0))
-    return col2im(columns, input_shape, dilations, strides, padding, dy.dtype)
+    placing = _compiled_col2im((kh, kw), tuple(dilations), tuple(strides), padding, dy.dtype)
+    return placing(columns, tf.cast(input_shape, tf.int32))
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_col2im(window: tuple[int, int], dilations: tuple[int, ...], strides: tuple[int, ...], padding: str,
+                     dtype: tf.DType):
+    """``col2im`` as an XLA kernel: its additions fuse into one pass, each an IEEE float64 addition in
+    the traced order, so compiling changes no bit (a separate kernel: fused with the product, XLA
+    gave up its fast matrix product)."""
+    def placed(columns, input_shape):
+        columns.set_shape([None, None, None, *window, None])  # a retrace for a new shape generalises them
+        return col2im(columns, input_shape, list(dilations), list(strides), padding, dtype)
+
+    return compiled(placed)
 
 
 def col2im(columns: tf.Tensor, input_shape, dilations, strides, padding: str, dtype: tf.DType) -> tf.Tensor:
@@ -137,8 +180,8 @@ def _gradients(dx: tf.Tensor, rows: tf.Tensor, dout: tf.Tensor, weights: tf.Tens
     """``dx`` and the kernel's gradient ``rows^T @ dout`` (exact, replica-global for a weight), both
     first-order only."""
     shape = weights.shape.as_list()
-    dw = _fixed.exact_matmul(tf.transpose(rows), tf.reshape(dout, tf.stack([-1, shape[-1]])),
-                             weight_gradient_replicas(kernel_is_weight))
+    dw = _fixed.exact_matmul_transposed_a(rows, tf.reshape(dout, tf.stack([-1, shape[-1]])),
+                                          weight_gradient_replicas(kernel_is_weight))
     return (_fixed.first_order_only(dx, what, dout, weights),
             _fixed.first_order_only(tf.reshape(dw, shape), what, rows, dout))
 

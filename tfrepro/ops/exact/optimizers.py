@@ -7,7 +7,8 @@ steps on TF 2.21's CPU). ``install()`` replaces the ``update_step`` of ``Adam`` 
 Keras 3 and in tf-keras (and their subclasses, Keras 3's ``AdamW`` among them) with the same update
 computed in float64,
 each product rounded through ``_fixed.barrier`` before it is added to, and each result rounded
-once to the variable's dtype: the same bits with XLA and without. ``beta ** step`` is computed by
+once to the variable's dtype: the same bits with XLA and without. Each update runs as one XLA
+kernel (its passes fused; the same bits as on TF's kernels one by one, tested). ``beta ** step`` is computed by
 repeated squaring (products only). Adam's ``amsgrad`` (and tf-keras's ``adaptive_epsilon``) is kept;
 SGD's momentum and Nesterov too. Sparse gradients (``IndexedSlices``) are made dense first, by the
 exact segment sum.
@@ -49,44 +50,67 @@ def _power(base: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
     return result
 
 
-power = compiled(_power)
+def _adam_values(g, m, v, v_hat, w, lr, step, beta_1, beta_2, epsilon, adaptive_epsilon: bool):
+    """Adam's new ``m``, ``v``, ``v_hat`` (None without amsgrad) and weight ``w``, each in its dtype:
+    float64 arithmetic, every product rounded through ``barrier`` (module doc)."""
+    beta_1, beta_2, epsilon, lr = _f64(beta_1), _f64(beta_2), _f64(epsilon), _f64(lr)
+    g, m_old, v_old = _f64(g), _f64(m), _f64(v)
+    correction_2 = tf.sqrt(1.0 - _power(beta_2, step))
+    alpha = mul(lr, correction_2) / (1.0 - _power(beta_1, step))
+    if adaptive_epsilon:
+        epsilon = mul(epsilon, correction_2)
+    m_new = m_old + mul(g - m_old, 1.0 - beta_1)
+    v_new = v_old + mul(mul(g, g) - v_old, 1.0 - beta_2)
+    v_hat_new = None
+    if v_hat is not None:
+        v_new_hat = tf.maximum(_f64(v_hat), v_new)
+        v_hat_new = tf.cast(v_new_hat, v_hat.dtype)
+    update = mul(m_new, alpha) / (tf.sqrt(v_new if v_hat is None else v_new_hat) + epsilon)
+    return tf.cast(m_new, m.dtype), tf.cast(v_new, v.dtype), v_hat_new, tf.cast(_f64(w) - update, w.dtype)
+
+
+def _sgd_values(g, m, w, lr, momentum, nesterov: bool):
+    """SGD's new momentum ``m`` (None without) and weight ``w``, each in its dtype (module doc)."""
+    step = mul(_f64(g), _f64(lr))
+    if m is None:
+        return None, tf.cast(_f64(w) - step, w.dtype)
+    momentum = _f64(momentum)
+    m_new = mul(_f64(m), momentum) - step
+    change = mul(m_new, momentum) - step if nesterov else m_new
+    return tf.cast(m_new, m.dtype), tf.cast(_f64(w) + change, w.dtype)
+
+
+# One XLA kernel per update: its float64 passes fuse into one (about 10x faster than TF's kernels one
+# by one on the MNIST CNN's weights), and every step is correctly rounded, so compiling changes no bit.
+adam_values = compiled(_adam_values)
+sgd_values = compiled(_sgd_values)
 
 
 def _dense(gradient) -> tf.Tensor:
-    """A gradient as a dense float64 tensor (``IndexedSlices`` summed by the exact segment sum)."""
-    return _f64(tf.convert_to_tensor(gradient))
+    """A gradient as a dense tensor (``IndexedSlices`` summed by the exact segment sum)."""
+    return tf.convert_to_tensor(gradient)
+
+
+def _read(*variables) -> list[tf.Tensor | None]:
+    """The variables' values (None stays None): a kernel takes tensors, and its results are assigned."""
+    return [None if variable is None else tf.convert_to_tensor(variable) for variable in variables]
 
 
 def _adam(optimizer, gradient, variable, learning_rate, m, v, v_hat, adaptive_epsilon: bool = False) -> None:
-    dtype = variable.dtype
-    lr, g = _f64(learning_rate), _dense(gradient)
     step = tf.cast(optimizer.iterations, tf.int64) + 1
-    beta_1, beta_2 = _f64(optimizer.beta_1), _f64(optimizer.beta_2)
-    correction_2 = tf.sqrt(1.0 - power(beta_2, step))
-    alpha = mul(lr, correction_2) / (1.0 - power(beta_1, step))
-    epsilon = mul(_f64(optimizer.epsilon), correction_2) if adaptive_epsilon else _f64(optimizer.epsilon)
-    m_new = _f64(m) + mul(g - _f64(m), 1.0 - beta_1)
-    v_new = _f64(v) + mul(mul(g, g) - _f64(v), 1.0 - beta_2)
-    m.assign(tf.cast(m_new, dtype))
-    v.assign(tf.cast(v_new, dtype))
-    if v_hat is not None:
-        v_new = tf.maximum(_f64(v_hat), v_new)
-        v_hat.assign(tf.cast(v_new, dtype))
-    update = mul(m_new, alpha) / (tf.sqrt(v_new) + epsilon)
-    variable.assign(tf.cast(_f64(variable) - update, dtype))
+    values = adam_values(_dense(gradient), *_read(m, v, v_hat, variable), _f64(learning_rate), step,
+                         _f64(optimizer.beta_1), _f64(optimizer.beta_2), _f64(optimizer.epsilon), adaptive_epsilon)
+    for slot, value in zip((m, v, v_hat, variable), values):
+        if slot is not None:
+            slot.assign(value)
 
 
 def _sgd(optimizer, gradient, variable, learning_rate, m) -> None:
-    dtype = variable.dtype
-    step = mul(_dense(gradient), _f64(learning_rate))
-    if m is None:
-        variable.assign(tf.cast(_f64(variable) - step, dtype))
-        return
-    momentum = _f64(optimizer.momentum)
-    m_new = mul(_f64(m), momentum) - step
-    m.assign(tf.cast(m_new, dtype))
-    change = mul(m_new, momentum) - step if optimizer.nesterov else m_new
-    variable.assign(tf.cast(_f64(variable) + change, dtype))
+    values = sgd_values(_dense(gradient), *_read(m, variable), _f64(learning_rate), _f64(optimizer.momentum),
+                        bool(optimizer.nesterov))
+    for slot, value in zip((m, variable), values):
+        if slot is not None:
+            slot.assign(value)
 
 
 def adam_update_step(self, gradient, variable, learning_rate) -> None:

@@ -23,7 +23,7 @@ import tensorflow as tf
 from tfrepro.ops import _stock
 from tfrepro.ops.exact import _fixed
 from tfrepro.ops.exact._fixed import compiled, custom_gradient
-from tfrepro.ops.exact.convolutions import _pair, _same_padding, col2im
+from tfrepro.ops.exact.convolutions import _pair, _same_padding, col2im, windows
 from tfrepro.ops.exact.linalg import EXACT_DTYPES
 from tfrepro.ops.segment import reduce_sum
 
@@ -108,18 +108,6 @@ def _max_pool_kernels(k: tuple[int, int], padding: str):
     return compiled(forward), compiled(backward)
 
 
-def _windows(x: tf.Tensor, k: list[int], s: list[int], padding: str, fill: float) -> tf.Tensor:
-    """NHWC ``x``'s pooling windows as [B, Ho, Wo, kh * kw, C] (row-major in each window), padded
-    with ``fill`` as TF pads for "SAME"."""
-    if padding == "SAME":
-        pads = [_same_padding(tf.shape(x)[i + 1], k[i], s[i], 1) for i in range(2)]
-        x = tf.pad(x, [[0, 0], list(pads[0]), list(pads[1]), [0, 0]], constant_values=fill)
-    # strided slices, not extract_patches: XLA computes that as a convolution, and -inf * 0 is NaN
-    extent = [((tf.shape(x)[i + 1] - k[i]) // s[i]) * s[i] + 1 for i in range(2)]
-    return tf.stack([x[:, a:a + extent[0]:s[0], e:e + extent[1]:s[1]] for a in range(k[0]) for e in range(k[1])],
-                    axis=3)
-
-
 def _placed(contributions: tf.Tensor, inputs: tf.Tensor, k: list[int], s: list[int], padding: str) -> tf.Tensor:
     """Each window's [B, Ho, Wo, kh * kw, C] gradient added into place in ``inputs``' shape (col2im)."""
     shape = tf.shape(contributions)
@@ -131,19 +119,19 @@ def _placed(contributions: tf.Tensor, inputs: tf.Tensor, k: list[int], s: list[i
 @functools.lru_cache(maxsize=None)
 def _overlapping_max_pool_kernels(k: tuple[int, int], s: tuple[int, int], padding: str):
     """``_max_pool_kernels`` for windows whose strides differ from their size."""
-    def top_of(windows):
-        top = tf.reduce_max(windows, axis=3)
+    def top_of(values):
+        top = tf.reduce_max(values, axis=3)
         return tf.where(tf.equal(top, 0), tf.zeros_like(top), top)
 
     def forward(inputs):
-        return top_of(_windows(inputs, list(k), list(s), padding, float("-inf")))
+        return top_of(windows(inputs, list(k), list(s), padding, float("-inf")))
 
     def backward(inputs, dy):
-        windows = _windows(inputs, list(k), list(s), padding, float("-inf"))
-        real = _windows(tf.ones_like(inputs[..., :1]), list(k), list(s), padding, 0.0) > 0  # an all -inf window's
-        hits = tf.cast(tf.equal(windows, top_of(windows)[:, :, :, None]) & real, tf.int32)  # first real element
+        values = windows(inputs, list(k), list(s), padding, float("-inf"))
+        real = windows(tf.ones_like(inputs[..., :1]), list(k), list(s), padding, 0.0) > 0  # an all -inf window's
+        hits = tf.cast(tf.equal(values, top_of(values)[:, :, :, None]) & real, tf.int32)  # first real element
         first = (hits > 0) & ~(tf.cumsum(hits, axis=3, exclusive=True) > 0)
-        return _placed(tf.where(first, dy[:, :, :, None], tf.zeros_like(windows)), inputs, list(k), list(s), padding)
+        return _placed(tf.where(first, dy[:, :, :, None], tf.zeros_like(values)), inputs, list(k), list(s), padding)
 
     return compiled(forward), compiled(backward)
 
@@ -193,11 +181,11 @@ def _overlapping_avg_pool(x: tf.Tensor, k: list[int], s: list[int], padding: str
     elements in float64, rounded once; its gradient ``dy / count``, correctly rounded to ``dy``'s
     type (a quotient of two float32s rounds the same from float64 whether XLA divides or multiplies
     by the reciprocal of a count it knows), added into place."""
-    counts = tf.cast(_stock.reduce_sum(_windows(tf.ones_like(x[..., :1]), k, s, padding, 0.0), axis=3), tf.float64)
+    counts = tf.cast(_stock.reduce_sum(windows(tf.ones_like(x[..., :1]), k, s, padding, 0.0), axis=3), tf.float64)
 
     @custom_gradient
     def pool(inputs):
-        total = tf.cast(reduce_sum(_windows(inputs, k, s, padding, 0.0), axis=3), tf.float64)
+        total = tf.cast(reduce_sum(windows(inputs, k, s, padding, 0.0), axis=3), tf.float64)
 
         def grad(dy):
             share = _fixed.narrow(tf.cast(dy, tf.float64) / counts, dy.dtype)
