@@ -7,6 +7,8 @@ reading each digit's 28 rows as a sequence), and the two arms' final losses over
 
     python bench/exact_cost.py [--model cnn|transformer|lstm] [--seeds 3] [--limit 2048] [--reps 5]
 
+First the tier's steps that run as one XLA kernel (a sum over the batch, image patches, col2im, an
+Adam update), each against the same arithmetic on TF's kernels one by one (the same bits, tested).
 Per op: forward + backward as a tf.function, best of --reps after a warm-up, the arms alternating:
 the exact op with its products in float64 and in float32 slices (``exact.slices``: the same bits;
 the path a GPU with slow float64 takes), and TF's op. Then the convolution's forward product alone:
@@ -135,6 +137,59 @@ def _per_op(reps: int) -> list[tuple[str, float, float, float]]:
     return rows
 
 
+def _best(functions: dict, reps: int) -> dict:
+    """Each function's best time in ms, after a warm-up, the functions alternating."""
+    import numpy as np
+    import tensorflow as tf
+
+    best = dict.fromkeys(functions, float("inf"))
+    for fn in functions.values():
+        fn()
+    for _ in range(reps):
+        for name, fn in functions.items():
+            start = time.perf_counter()
+            for result in tf.nest.flatten(fn()):
+                np.asarray(result)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return {name: seconds * 1e3 for name, seconds in best.items()}
+
+
+def _kernels(reps: int) -> list[tuple[str, float, float]]:
+    """The tier's steps that run as one XLA kernel, against the same arithmetic on TF's kernels one
+    by one (the same bits: ``test_the_compiled_kernels_give_the_bits_of_tfs_kernels_one_by_one``), on
+    the MNIST CNN's shapes."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tfrepro.ops.exact import _fixed, convolutions, optimizers
+
+    rng = np.random.default_rng(0)
+    gradient = tf.constant(rng.standard_normal((64, 24, 24, 64)).astype(np.float32))
+    image = tf.constant(rng.standard_normal((64, 26, 26, 32)).astype(np.float32))
+    columns = tf.constant(rng.standard_normal((64, 24, 24, 3, 3, 32)))
+    g, m, v, w = (tf.constant(np.abs(rng.standard_normal((9216, 128))).astype(np.float32)) for _ in range(4))
+    factors = [tf.constant(x, tf.float64) for x in (1e-3, 0.9, 0.999, 1e-7)]
+    step = (g, m, v, None, w, factors[0], factors[1], factors[2], factors[3])
+    geometry = ([1, 1], [1, 1], "VALID")
+    cases = {
+        "sum over the batch, 64x24x24x64": (lambda: [_fixed.exact_batch_sum(gradient, [0, 1, 2])],
+                                            tf.function(lambda: [_fixed._batch_sum(gradient, [0, 1, 2])])),
+        "image patches 3x3 of 64x26x26x32": (
+            tf.function(lambda: [convolutions._patches(image, [3, 3, 32, 64], *geometry)[0]]),
+            tf.function(lambda: [tf.image.extract_patches(image, [1, 3, 3, 1], [1, 1, 1, 1], [1, 1, 1, 1], "VALID")])),
+        "col2im into 64x26x26x32": (
+            lambda: [convolutions._compiled_col2im((3, 3), (1, 1), (1, 1), "VALID", tf.float32)(columns, tf.shape(image))],
+            tf.function(lambda: [convolutions.col2im(columns, tf.shape(image), *geometry, tf.float32)])),
+        "Adam update of a 9216x128 kernel": (lambda: optimizers.adam_values(*step),
+                                             tf.function(lambda: optimizers._adam_values(*step))),
+    }
+    rows = []
+    for name, (kernel, one_by_one) in cases.items():
+        times = _best({"kernel": kernel, "one by one": one_by_one}, reps)
+        rows.append((name, times["kernel"], times["one by one"]))
+    return rows
+
+
 def _products(reps: int) -> list[tuple[str, float]]:
     """The conv 26x26x32 -> 64's forward product ([36864, 288] @ [288, 64]) on this CPU: the exact
     tier's two paths, TF's float64 and float32 matmul, and the integer and bfloat16 products with a
@@ -167,15 +222,7 @@ def _products(reps: int) -> list[tuple[str, float]]:
         "XLA bfloat16 x bfloat16 -> float32": wide(tf.cast(digits_a, tf.bfloat16), tf.cast(digits_b, tf.bfloat16),
                                                    tf.float32),
     })
-    best = dict.fromkeys(cases, float("inf"))
-    for fn in cases.values():
-        fn()
-    for _ in range(reps):
-        for name, fn in cases.items():
-            start = time.perf_counter()
-            np.asarray(fn())
-            best[name] = min(best[name], time.perf_counter() - start)
-    return [(name, seconds * 1e3) for name, seconds in best.items()]
+    return list(_best(cases, reps).items())
 
 
 def main() -> None:
@@ -190,6 +237,9 @@ def main() -> None:
         return _child(args.child[0], int(args.child[1]), args.limit, args.model)
 
     if args.model == "cnn":
+        print("the tier's XLA kernels (ms, best of %d): kernel, the same arithmetic on TF's kernels one by one" % args.reps)
+        for name, kernel_ms, plain_ms in _kernels(args.reps):
+            print(f"  {name:40s} {kernel_ms:8.2f} {plain_ms:8.2f}   {plain_ms / kernel_ms:5.1f}x faster")
         print("per op (ms, best of %d): exact with float64 products, with float32 slices, TF; ratios to TF" % args.reps)
         for name, wide_ms, sliced_ms, stock_ms in _per_op(args.reps):
             print(f"  {name:40s} {wide_ms:8.2f} {sliced_ms:8.2f} {stock_ms:7.2f}   "

@@ -544,26 +544,35 @@ def _edgy(shape) -> np.ndarray:
     return RNG.permutation(x).reshape(shape)
 
 
-def test_the_compiled_kernels_give_the_bits_of_tfs_kernels_one_by_one():
+def test_the_compiled_kernels_give_the_bits_of_tfs_kernels_one_by_one(monkeypatch):
     """The XLA kernels the tier compiles for speed (the optimizer updates, the batch sum, col2im, the
     image patches) give the bits of the same arithmetic run by TF's kernels one by one (or of TF's
-    op), and a weight's gradient formed as ``(b^T @ a)^T`` those of ``a^T @ b``."""
+    op), and a weight's gradient formed as ``(b^T @ a)^T`` those of ``a^T @ b``, K known when traced
+    or only when the kernel compiles, on both product paths."""
     from tfrepro.ops.exact import optimizers
 
     def f64(value):
         return tf.constant(value, tf.float64)
 
-    # float64 variables, whose every rounding shows (a float32 result hides a float64 one's last bits)
-    g, m, v, w, v_hat = (tf.constant((np.abs(_scaled((3000,), 12)) if i in (2, 4) else _scaled((3000,), 12))
-                                     .astype(np.float64)) for i in range(5))
-    for hat, adaptive in ((None, False), (v_hat, True)):
-        args = (g, m, v, hat, w, f64(1e-3), tf.constant(7, tf.int64), f64(0.9), f64(0.999), f64(1e-7), adaptive)
-        assert bits([x for x in optimizers.adam_values(*args) if x is not None]) == bits(
-            [x for x in tf.function(optimizers._adam_values)(*args) if x is not None])
-    for momentum, nesterov in ((None, False), (m, True)):
-        args = (g, momentum, w, f64(0.01), f64(0.9), nesterov)
-        assert bits([x for x in optimizers.sgd_values(*args) if x is not None]) == bits(
-            [x for x in tf.function(optimizers._sgd_values)(*args) if x is not None])
+    def present(values):
+        return [value for value in values if value is not None]
+
+    # float64 variables, whose every rounding shows (a float32 result hides a float64 one's last
+    # bits); float16 and bfloat16 ones, which XLA would round from float64 once where TF rounds twice
+    data = [np.abs(_scaled((3000,), 12)) if i in (2, 4) else _scaled((3000,), 12) for i in range(5)]
+    data[0][:3] = [-0.0, 1e-40, 3e38]
+    for dtype in (tf.float64, tf.float16, tf.bfloat16):
+        g, m, v, w, v_hat = (tf.cast(tf.constant(x.astype(np.float64)), dtype) for x in data)
+        every = dtype == tf.float64  # each variant once; the narrow dtypes' rounding on one update each
+        for hat, adaptive in ((None, False), (v_hat, True))[:2 if every else 0 if dtype == tf.float16 else 1]:
+            factors = (f64(1e-3), tf.constant(7, tf.int64), f64(0.9), f64(0.999), f64(1e-7), adaptive)
+            alpha, epsilon = optimizers.adam_factors(*factors)
+            assert bits([alpha, epsilon]) == bits(tf.function(optimizers._adam_factors)(*factors))
+            args = (g, m, v, hat, w, alpha, f64(0.9), f64(0.999), epsilon)
+            assert bits(present(optimizers.adam_values(*args))) == bits(present(tf.function(optimizers._adam_values)(*args)))
+        for momentum, nesterov in ((None, False), (m, True))[0 if every else 1 if dtype == tf.float16 else 2:]:
+            args = (g, momentum, w, f64(0.01), f64(0.9), nesterov)
+            assert bits(present(optimizers.sgd_values(*args))) == bits(present(tf.function(optimizers._sgd_values)(*args)))
 
     x = tf.constant(_edgy((6, 5, 4, 3)))
     for axes in ([0, 1, 2], [1, 3]):
@@ -580,9 +589,15 @@ def test_the_compiled_kernels_give_the_bits_of_tfs_kernels_one_by_one():
         assert bits(placing(columns, tf.shape(image))) == bits(tf.function(convolutions.col2im)(
             columns, tf.shape(image), dilations, strides, padding, tf.float32))
 
-    for k in (3000, 2**16 + 5):  # the last: 22 and 23 bits, computed as asked
-        a, b = tf.constant(_edgy((k, 7))), tf.constant(_scaled((k, 5), 12))
-        assert bits(_fixed.exact_matmul_transposed_a(a, b)) == bits(_fixed.exact_matmul(tf.transpose(a), b))
+    spec = [tf.TensorSpec([None, 7]), tf.TensorSpec([None, 5])]
+    for products in ("float64", "float32"):
+        monkeypatch.setenv("TFREPRO_EXACT_PRODUCTS", products)
+        for k in (3000, 2**16 + 5)[:2 if products == "float64" else 1]:  # the last: 22 and 23 bits, as asked
+            a, b = tf.constant(_edgy((k, 7))), tf.constant(_scaled((k, 5), 12))
+            expected = bits(_fixed.exact_matmul(tf.transpose(a), b))
+            if k == 3000 and products == "float64":  # K known when traced
+                assert bits(_fixed.exact_matmul_transposed_a(a, b)) == expected
+            assert bits(tf.function(_fixed.exact_matmul_transposed_a, input_signature=spec)(a, b)) == expected
 
 
 _weights = RNG.standard_normal(10_000).astype(np.float32)

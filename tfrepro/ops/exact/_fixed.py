@@ -55,6 +55,7 @@ from tfrepro.ops.exact import slices
 LOW_LIMB_BITS = 12
 MAX_BITS = 46  # 23 + 23, for K up to 2**16
 CHUNK_K = 128  # K * 2**46 <= 2**53: one float64 product of a chunk of K is exact
+SYMMETRIC_K = 2**(62 - MAX_BITS)  # up to this K, ``bit_budget`` gives both sides of a product 23 bits
 
 
 def working(x: tf.Tensor) -> tf.Tensor:
@@ -68,12 +69,13 @@ def finite_or_zero(x: tf.Tensor) -> tf.Tensor:
 
 def exponent_of_max(x: tf.Tensor, axis: int | list[int], replicas: Replicas | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """The int32 ``e`` with ``max|x| < 2**e`` over ``axis`` (kept), and whether every element there
-    is finite (where one is not, ``e`` is that of 0: the caller's result there is NaN); global over
+    is finite (where one is not, ``e`` is that of the dtype's largest value, so that every finite
+    element there quantises within range; the caller's result there is NaN); global over
     ``replicas`` when given. One pass: a non-finite element counts as an infinite magnitude."""
     magnitude = tf.reduce_max(tf.where(tf.math.is_finite(x), tf.abs(x), tf.constant(float("inf"), x.dtype)),
                               axis=axis, keepdims=True)
     finite = tf.math.is_finite(magnitude)
-    e = _exponent(tf.where(finite, magnitude, tf.zeros_like(magnitude)))
+    e = _exponent(tf.where(finite, magnitude, tf.constant(x.dtype.max, x.dtype)))
     if replicas is None:
         return e, finite
     e, bad = replicas.max(e), replicas.max(tf.cast(tf.logical_not(finite), tf.int32))
@@ -242,7 +244,8 @@ def exact_matmul(a: tf.Tensor, b: tf.Tensor, replicas: Replicas | None = None,
     ea, rows_ok = exponent_of_max(a, -1, replicas)
     eb, cols_ok = exponent_of_max(b, -2, replicas)
     a_bits, b_bits = bit_budget(replicas.total(tf.shape(a)[-1]))
-    total = replicas.sum_int64(_compiled(_integer_product, _plan(a.shape, b.shape), dtype)(a, b, ea, eb, a_bits, b_bits))
+    integers = _compiled(_integer_product, _plan(a.shape, b.shape), dtype)(a, b, ea, eb, a_bits, b_bits)
+    total = replicas.sum_int64(integers)
     result = round_scaled(total, ea + eb - a_bits - b_bits, dtype)
     return replicas.first_only(tf.where(rows_ok & cols_ok, result, tf.constant(float("nan"), dtype)))
 
@@ -250,37 +253,44 @@ def exact_matmul(a: tf.Tensor, b: tf.Tensor, replicas: Replicas | None = None,
 def exact_matmul_transposed_a(a: tf.Tensor, b: tf.Tensor, replicas: Replicas | None = None) -> tf.Tensor:
     """``exact_matmul(transpose(a), b)`` for matrices ``a`` [K, M] and ``b`` [K, N]: a weight's
     gradient, whose ``a`` (a convolution's patches) is the larger operand. Where both sides are
-    quantised to the same number of bits (K known and at most ``2**16``), it is computed as
-    ``(b^T @ a)^T``, which has the same integers (the row scales of one are the column scales of
-    the other) and transposes only the smaller ``b`` (about 4 ms of a convolution's 33 on a CPU)."""
-    k = a.shape[0]
-    if (replicas is None or not replicas.many) and k is not None and k <= SYMMETRIC_K:
-        plan = _plan(tf.TensorShape([a.shape[1], k]), b.shape)  # its cost is that of the product as asked
-        return _compiled(_swapped_product, plan, a.dtype)(a, b)
-    return exact_matmul(tf.transpose(a), b, replicas)
+    quantised to the same number of bits (K at most ``SYMMETRIC_K``, decided when the kernel is
+    compiled where K is known only then), it is computed as ``(b^T @ a)^T``, which has the same
+    integers (the row scales of one are the column scales of the other) and transposes only the
+    smaller ``b`` (about 4 ms of a convolution's 33 on a CPU)."""
+    if (replicas is not None and replicas.many) or (a.shape[0] is not None and a.shape[0] > SYMMETRIC_K):
+        return exact_matmul(tf.transpose(a), b, replicas)
+    plan = _plan(tf.TensorShape([a.shape[1], a.shape[0]]), b.shape)  # its cost is that of the product as asked
+    return _compiled(_transposed_product, plan, a.dtype)(a, b)
 
 
-SYMMETRIC_K = 2**16  # up to this K, ``bit_budget`` gives both sides 23 bits
+def _transposed_product(a, b, plan: tuple[str, int | None, int | None], dtype: tf.DType) -> tf.Tensor:
+    def swapped():
+        return tf.transpose(_whole_product(tf.transpose(b), a, plan, dtype))
 
-
-def _swapped_product(a, b, plan: tuple[str, int | None, int | None], dtype: tf.DType) -> tf.Tensor:
-    return tf.transpose(_whole_product(tf.transpose(b), a, plan, dtype))
+    if a.shape[0] is not None:
+        return swapped()
+    # K from the batch: a shape, so a constant when XLA compiles the kernel, which keeps one branch
+    return tf.cond(tf.shape(a)[0] <= SYMMETRIC_K, swapped, lambda: _whole_product(tf.transpose(a), b, plan, dtype))
 
 
 def _plan(a_shape: tf.TensorShape, b_shape: tf.TensorShape) -> tuple[str, int | None, int | None]:
     """How the exact products are formed (every plan gives the same integers): "single" (K <= 128:
     one float64 product), "chunks" (K in chunks of at most 128, one batched float64 product, the
-    chunks' int64 totals added), or "limbs" (``a`` split in two limbs, for an unknown K or rank, or where the
-    chunks' partial products would outweigh a second product); or "slices" (float32 digit
-    products, ``slices``, where ``slices.path()`` says so); with the static K and rank (a kernel is
-    traced per plan: one traced for two ranks would be generalised to an unknown rank)."""
+    chunks' int64 totals added; for a K known only when the kernel is compiled, a batch's size, the
+    chunks are counted then), or "limbs" (``a`` split in two limbs, for an unknown rank or N, or
+    where the chunks' partial products would outweigh a second product: N above 256 for an unknown
+    K); or "slices" (float32 digit products, ``slices``, where ``slices.path()`` says so); with the
+    static K and rank (a kernel is traced per plan: one traced for two ranks would be generalised
+    to an unknown rank)."""
     a_shape, b_shape = tf.TensorShape(a_shape), tf.TensorShape(b_shape)
     rank = a_shape.rank
     k, n = (a_shape[-1], b_shape[-1]) if rank and b_shape.rank else (None, None)
     if slices.path() == "float32":
         return "slices", k, rank
-    if k is None or n is None or rank is None:
+    if rank is None or n is None:
         return "limbs", None, rank
+    if k is None:  # known when the kernel is compiled (a batch's size): chunks unless N would make them outweigh limbs
+        return ("chunks" if n <= 2 * CHUNK_K else "limbs"), None, rank
     if k <= CHUNK_K:
         return "single", k, rank
     return ("chunks" if -(-k // CHUNK_K) * n <= 2 * k else "limbs"), k, rank
@@ -301,9 +311,10 @@ def _integer_product(a, b, ea, eb, a_bits, b_bits, plan: tuple[str, int | None, 
     if how == "single":
         return int64_from_float64(_stock.matmul(qa, qb))
     if how == "chunks":
-        chunks = -(-k // CHUNK_K)
-        width = -(-k // chunks)  # chunks of even width (K = 288: three of 96, no padding to 384)
-        pad = chunks * width - k
+        depth = tf.shape(qa)[-1] if k is None else k  # a constant when XLA compiles the kernel
+        chunks = tf.maximum((depth + CHUNK_K - 1) // CHUNK_K, 1) if k is None else -(-k // CHUNK_K)
+        width = (depth + chunks - 1) // chunks  # chunks of even width (K = 288: three of 96, no padding to 384)
+        pad = chunks * width - depth
         qa = tf.pad(qa, [[0, 0]] * (rank - 1) + [[0, pad]])
         qb = tf.pad(qb, [[0, 0]] * (rank - 2) + [[0, pad], [0, 0]])
         lead = tf.shape(qa)[:-2]
@@ -356,7 +367,12 @@ def _compiled(kernel, plan: tuple[str, int | None, int | None], dtype: tf.DType)
     key = (kernel, plan) if kernel is _integer_product else (kernel, plan, dtype)
     if key not in _COMPILED:
         extra = (plan,) if kernel is _integer_product else (plan, dtype)
-        _COMPILED[key] = compiled(lambda *args: kernel(*args, *extra))
+
+        def bound(*args):
+            return kernel(*args, *extra)
+
+        bound.__name__ = kernel.__name__  # the kernel's name in a profile
+        _COMPILED[key] = compiled(bound)
     return _COMPILED[key]
 
 
@@ -380,7 +396,10 @@ def _batch_sum_kernel(axes: tuple[int, ...]):
     """``_batch_sum`` on one device as an XLA kernel: its dozen passes over ``x`` fuse into a few,
     and the int64 integers are summed as they are (an exact sum, which XLA runs on every device):
     about 5x faster than TF's kernels one by one on a convolution's bias gradient."""
-    return compiled(lambda x: _batch_sum(x, list(axes), limbs=False))
+    def batch_sum(x):
+        return _batch_sum(x, list(axes), limbs=False)
+
+    return compiled(batch_sum)
 
 
 def _batch_sum(x: tf.Tensor, axes: list[int], replicas: Replicas | None = None, shared: bool = False,
@@ -405,8 +424,6 @@ def _batch_sum(x: tf.Tensor, axes: list[int], replicas: Replicas | None = None, 
     result = tf.where(finite, result, tf.constant(float("nan"), dtype))
     result = tf.squeeze(result, axis=axes)
     return result if replicas is None or shared else replicas.first_only(result)
-
-
 
 
 def custom_gradient(forward):

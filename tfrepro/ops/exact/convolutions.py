@@ -1,12 +1,14 @@
 """The exact tier's convolutions: ``tf.nn.convolution``, ``conv2d`` and ``conv1d`` as exact matrix
 products of image patches (im2col), with exact gradients.
 
-The forward product is ``patches @ kernel`` (``tf.image.extract_patches`` only moves data). The
-kernel's gradient is ``patches^T @ dy`` (the forward's patches, kept), replica-global
-(``_fixed.Replicas``). Both are one exact sum rounded once. The input's gradient is each patch's
-gradient ``dy @ kernel^T``, exact and rounded once to float64, added into place (col2im, one XLA
-kernel) in an order the code fixes, in float64, and rounded once to float32: at most ``kh * kw`` float64
-roundings, far below float32's, and the same under any thread count, oneDNN setting, XLA or device.
+The forward product is ``patches @ kernel`` (the patches, strided slices of the image in an XLA
+kernel of their own, only move data). The kernel's gradient is ``patches^T @ dy`` (the forward's
+patches, kept; formed as ``(dy^T @ patches)^T``, ``_fixed.exact_matmul_transposed_a``),
+replica-global (``_fixed.Replicas``). Both are one exact sum rounded once. The input's gradient is
+each patch's gradient ``dy @ kernel^T``, exact and rounded once to float64, added into place
+(col2im, one XLA kernel) in an order the code fixes, in float64, and rounded once to float32: at
+most ``kh * kw`` float64 roundings, far below float32's, and the same under any thread count,
+oneDNN setting, XLA or device.
 
 The transposed convolutions (``tf.nn.conv_transpose``, ``conv2d_transpose``, ``conv1d_transpose``)
 are that input gradient, and their gradients the forward product and the kernel's gradient.
@@ -59,7 +61,7 @@ def _same_padding(size: int | tf.Tensor, kernel: int, stride: int, dilation: int
 
 
 def windows(x: tf.Tensor, k: list[int], s: list[int], padding: str, fill: float = 0.0,
-            d: list[int] = (1, 1)) -> tf.Tensor:
+            d: tuple[int, ...] | list[int] = (1, 1)) -> tf.Tensor:
     """NHWC ``x``'s windows of ``k`` (strides ``s``, dilations ``d``) as [B, Ho, Wo, kh * kw, C], row-major
     in each window (``tf.image.extract_patches``'s order), padded with ``fill`` as TF pads for
     "SAME": strided slices, which only move data (XLA computes ``extract_patches`` as a
@@ -127,7 +129,7 @@ def _compiled_col2im(window: tuple[int, int], dilations: tuple[int, ...], stride
     the traced order, so compiling changes no bit (a separate kernel: fused with the product, XLA
     gave up its fast matrix product)."""
     def placed(columns, input_shape):
-        columns.set_shape([None, None, None, *window, None])  # a retrace for a new shape generalises them
+        columns.set_shape([None, None, None, *window, None])  # the window, as static as the code needs it
         return col2im(columns, input_shape, list(dilations), list(strides), padding, dtype)
 
     return compiled(placed)

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from tfrepro import _targets
 from tfrepro._import_hooks import call_after_import
-from tfrepro.ops.exact._fixed import compiled, mul
+from tfrepro.ops.exact._fixed import compiled, mul, narrow
 from tfrepro.ops.exact import coverage
 
 COVERED = ("Adam", "SGD")
@@ -50,38 +50,47 @@ def _power(base: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
     return result
 
 
-def _adam_values(g, m, v, v_hat, w, lr, step, beta_1, beta_2, epsilon, adaptive_epsilon: bool):
-    """Adam's new ``m``, ``v``, ``v_hat`` (None without amsgrad) and weight ``w``, each in its dtype:
-    float64 arithmetic, every product rounded through ``barrier`` (module doc)."""
+def _adam_factors(lr, step, beta_1, beta_2, epsilon, adaptive_epsilon: bool):
+    """Adam's step size ``alpha`` and ``epsilon`` (scaled with tf-keras's ``adaptive_epsilon``) at
+    ``step``, in float64: scalars, one kernel for every variable."""
     beta_1, beta_2, epsilon, lr = _f64(beta_1), _f64(beta_2), _f64(epsilon), _f64(lr)
-    g, m_old, v_old = _f64(g), _f64(m), _f64(v)
     correction_2 = tf.sqrt(1.0 - _power(beta_2, step))
     alpha = mul(lr, correction_2) / (1.0 - _power(beta_1, step))
-    if adaptive_epsilon:
-        epsilon = mul(epsilon, correction_2)
+    return alpha, mul(epsilon, correction_2) if adaptive_epsilon else epsilon
+
+
+def _adam_values(g, m, v, v_hat, w, alpha, beta_1, beta_2, epsilon):
+    """Adam's new ``m``, ``v``, ``v_hat`` (None without amsgrad) and weight ``w``, each rounded to its
+    dtype as TF's kernels round (``narrow``: float16 and bfloat16 through float32, where XLA would
+    round once): float64 arithmetic, every product rounded through ``barrier`` (module doc)."""
+    alpha, beta_1, beta_2, epsilon = _f64(alpha), _f64(beta_1), _f64(beta_2), _f64(epsilon)
+    g, m_old, v_old = _f64(g), _f64(m), _f64(v)
     m_new = m_old + mul(g - m_old, 1.0 - beta_1)
     v_new = v_old + mul(mul(g, g) - v_old, 1.0 - beta_2)
     v_hat_new = None
     if v_hat is not None:
         v_new_hat = tf.maximum(_f64(v_hat), v_new)
-        v_hat_new = tf.cast(v_new_hat, v_hat.dtype)
+        v_hat_new = narrow(v_new_hat, v_hat.dtype)
     update = mul(m_new, alpha) / (tf.sqrt(v_new if v_hat is None else v_new_hat) + epsilon)
-    return tf.cast(m_new, m.dtype), tf.cast(v_new, v.dtype), v_hat_new, tf.cast(_f64(w) - update, w.dtype)
+    return narrow(m_new, m.dtype), narrow(v_new, v.dtype), v_hat_new, narrow(_f64(w) - update, w.dtype)
 
 
 def _sgd_values(g, m, w, lr, momentum, nesterov: bool):
-    """SGD's new momentum ``m`` (None without) and weight ``w``, each in its dtype (module doc)."""
+    """SGD's new momentum ``m`` (None without) and weight ``w``, each rounded to its dtype as
+    ``_adam_values`` rounds (module doc)."""
     step = mul(_f64(g), _f64(lr))
     if m is None:
-        return None, tf.cast(_f64(w) - step, w.dtype)
+        return None, narrow(_f64(w) - step, w.dtype)
     momentum = _f64(momentum)
     m_new = mul(_f64(m), momentum) - step
     change = mul(m_new, momentum) - step if nesterov else m_new
-    return tf.cast(m_new, m.dtype), tf.cast(_f64(w) + change, w.dtype)
+    return narrow(m_new, m.dtype), narrow(_f64(w) + change, w.dtype)
 
 
 # One XLA kernel per update: its float64 passes fuse into one (about 10x faster than TF's kernels one
 # by one on the MNIST CNN's weights), and every step is correctly rounded, so compiling changes no bit.
+# Adam's scalar factors are a kernel of their own, compiled once: XLA compiles an update per shape.
+adam_factors = compiled(_adam_factors)
 adam_values = compiled(_adam_values)
 sgd_values = compiled(_sgd_values)
 
@@ -98,8 +107,9 @@ def _read(*variables) -> list[tf.Tensor | None]:
 
 def _adam(optimizer, gradient, variable, learning_rate, m, v, v_hat, adaptive_epsilon: bool = False) -> None:
     step = tf.cast(optimizer.iterations, tf.int64) + 1
-    values = adam_values(_dense(gradient), *_read(m, v, v_hat, variable), _f64(learning_rate), step,
-                         _f64(optimizer.beta_1), _f64(optimizer.beta_2), _f64(optimizer.epsilon), adaptive_epsilon)
+    beta_1, beta_2 = _f64(optimizer.beta_1), _f64(optimizer.beta_2)
+    alpha, epsilon = adam_factors(_f64(learning_rate), step, beta_1, beta_2, _f64(optimizer.epsilon), adaptive_epsilon)
+    values = adam_values(_dense(gradient), *_read(m, v, v_hat, variable), alpha, beta_1, beta_2, epsilon)
     for slot, value in zip((m, v, v_hat, variable), values):
         if slot is not None:
             slot.assign(value)
