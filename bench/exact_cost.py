@@ -8,7 +8,9 @@ reading each digit's 28 rows as a sequence), and the two arms' final losses over
     python bench/exact_cost.py [--model cnn|transformer|lstm] [--seeds 3] [--limit 2048] [--reps 5]
 
 First the tier's steps that run as one XLA kernel (a sum over the batch, image patches, col2im, an
-Adam update), each against the same arithmetic on TF's kernels one by one (the same bits, tested).
+Adam update), each against what it replaced: the code that ran before, on TF's kernels one by one
+(the batch sum's integers summed as float64 limbs there), and TF's ``extract_patches`` (the same
+bits, tested).
 Per op: forward + backward as a tf.function, best of --reps after a warm-up, the arms alternating:
 the exact op with its products in float64 and in float32 slices (``exact.slices``: the same bits;
 the path a GPU with slow float64 takes), and TF's op. Then the convolution's forward product alone:
@@ -155,8 +157,8 @@ def _best(functions: dict, reps: int) -> dict:
 
 
 def _kernels(reps: int) -> list[tuple[str, float, float]]:
-    """The tier's steps that run as one XLA kernel, against the same arithmetic on TF's kernels one
-    by one (the same bits: ``test_the_compiled_kernels_give_the_bits_of_tfs_kernels_one_by_one``), on
+    """The tier's steps that run as one XLA kernel, against what they replaced, on TF's kernels one by
+    one (the same bits: ``test_the_compiled_kernels_give_the_bits_of_tfs_kernels_one_by_one``), on
     the MNIST CNN's shapes."""
     import numpy as np
     import tensorflow as tf
@@ -237,7 +239,7 @@ def main() -> None:
         return _child(args.child[0], int(args.child[1]), args.limit, args.model)
 
     if args.model == "cnn":
-        print("the tier's XLA kernels (ms, best of %d): kernel, the same arithmetic on TF's kernels one by one" % args.reps)
+        print("the tier's XLA kernels (ms, best of %d): kernel, what it replaced on TF's kernels" % args.reps)
         for name, kernel_ms, plain_ms in _kernels(args.reps):
             print(f"  {name:40s} {kernel_ms:8.2f} {plain_ms:8.2f}   {plain_ms / kernel_ms:5.1f}x faster")
         print("per op (ms, best of %d): exact with float64 products, with float32 slices, TF; ratios to TF" % args.reps)

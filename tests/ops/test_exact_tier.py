@@ -575,20 +575,28 @@ def test_the_compiled_kernels_give_the_bits_of_tfs_kernels_one_by_one(monkeypatc
             assert bits(present(optimizers.sgd_values(*args))) == bits(present(tf.function(optimizers._sgd_values)(*args)))
 
     x = tf.constant(_edgy((6, 5, 4, 3)))
-    for axes in ([0, 1, 2], [1, 3]):
-        assert bits(_fixed.exact_batch_sum(x, axes)) == bits(tf.function(_fixed._batch_sum)(x, axes))
+    for axes in ([0, 1, 2], [1, 3]):  # (a tensor this small runs on TF's kernels: ``worth_compiling``)
+        assert bits(_fixed._batch_sum_kernel(tuple(axes))(x)) == bits(tf.function(_fixed._batch_sum)(x, axes))
 
     image = tf.constant(_edgy((2, 9, 8, 3)))
     for strides, dilations, padding in (([2, 1], [1, 1], "SAME"), ([1, 1], [2, 2], "SAME"), ([2, 3], [1, 2], "VALID")):
-        rows, _ = convolutions._patches(image, [3, 2, 3, 4], dilations, strides, padding)
+        patches = convolutions._patch_kernel((3, 2), tuple(dilations), tuple(strides), padding)(image)
         stock = tf.image.extract_patches(image, [1, 3, 2, 1], [1, *strides, 1], [1, *dilations, 1], padding)
-        assert bits(rows) == bits(tf.reshape(stock, [-1, 18]))
+        assert bits(patches) == bits(stock)
         output = tf.shape(stock)
         columns = tf.constant(_scaled((2, *output.numpy()[1:3], 3, 2, 3), 12).astype(np.float64))
         placing = convolutions._compiled_col2im((3, 2), tuple(dilations), tuple(strides), padding, tf.float32)
         assert bits(placing(columns, tf.shape(image))) == bits(tf.function(convolutions.col2im)(
             columns, tf.shape(image), dilations, strides, padding, tf.float32))
 
+    for k, n, lead in ((1, 5, ()), (129, 5, ()), (300, 300, ()), (129, 5, (2,)), (0, 5, ())):  # chunks, limbs, rank 3
+        a, b = tf.constant(_scaled((*lead, 6, k), 12)), tf.constant(_scaled((*lead, k, n), 12))
+        dynamic = tf.function(_fixed.exact_matmul, input_signature=[tf.TensorSpec([*lead, 6, None]),
+                                                                       tf.TensorSpec([*lead, None, n])])
+        expected = bits(_fixed.exact_matmul(a, b))
+        assert bits(dynamic(a, b)) == expected
+        if k == 0:  # a product over no element: zeros, as TF's
+            assert expected == bits(tf.zeros([*lead, 6, n]))
     spec = [tf.TensorSpec([None, 7]), tf.TensorSpec([None, 5])]
     for products in ("float64", "float32"):
         monkeypatch.setenv("TFREPRO_EXACT_PRODUCTS", products)
@@ -666,6 +674,9 @@ def test_bit_budget_keeps_every_float64_partial_sum_exact_for_any_k():
         assert k * 2**11 * 2**b_bits <= 2**53 and k * 2 ** (a_bits - 12 + b_bits) <= 2**53
         if k <= _fixed.CHUNK_K:
             assert k * 2 ** (a_bits + b_bits) <= 2**53
+    for k in (_fixed.SYMMETRIC_K - 1, _fixed.SYMMETRIC_K, _fixed.SYMMETRIC_K + 1, 2**17):  # (b^T @ a)^T's condition
+        a_bits, b_bits = (int(v) for v in _fixed.bit_budget(tf.constant(k)))
+        assert (a_bits == b_bits) == (k <= _fixed.SYMMETRIC_K)  # (beyond 2**17, some K are symmetric again)
 
 
 def test_channels_first_full_length_strides_and_v1_pooling():

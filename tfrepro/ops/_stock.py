@@ -25,6 +25,7 @@ conv_transpose = tf.nn.conv_transpose
 max_pool = tf.nn.max_pool
 avg_pool = tf.nn.avg_pool
 stateless_dropout = getattr(tf.nn.experimental, "stateless_dropout", None)  # TF >= 2.9 (the exact tier's)
+extract_patches = tf.image.extract_patches
 divide = tf.math.divide
 divide_no_nan = tf.math.divide_no_nan
 sigmoid_cross_entropy_with_logits = tf.nn.sigmoid_cross_entropy_with_logits

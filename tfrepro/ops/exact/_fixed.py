@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Callable, Iterator
 
 import tensorflow as tf
@@ -56,6 +57,17 @@ LOW_LIMB_BITS = 12
 MAX_BITS = 46  # 23 + 23, for K up to 2**16
 CHUNK_K = 128  # K * 2**46 <= 2**53: one float64 product of a chunk of K is exact
 SYMMETRIC_K = 2**(62 - MAX_BITS)  # up to this K, ``bit_budget`` gives both sides of a product 23 bits
+# Below this many elements (of the dimensions known when traced), an elementwise step runs on TF's
+# kernels: XLA's compile of a kernel (a tenth of a second or more, per shape) would outweigh what
+# fusing its passes saves, in the short runs tests and notebooks make.
+COMPILE_MIN_ELEMENTS = 2**12
+
+
+def worth_compiling(x) -> bool:
+    """Whether ``x`` (a tensor or variable) is large enough for its elementwise step to run as an
+    XLA kernel (``COMPILE_MIN_ELEMENTS``; a dimension unknown when traced counts as 1)."""
+    shape = tf.TensorShape(x.shape)
+    return shape.rank is not None and math.prod(d for d in shape.as_list() if d is not None) >= COMPILE_MIN_ELEMENTS
 
 
 def working(x: tf.Tensor) -> tf.Tensor:
@@ -71,11 +83,12 @@ def exponent_of_max(x: tf.Tensor, axis: int | list[int], replicas: Replicas | No
     """The int32 ``e`` with ``max|x| < 2**e`` over ``axis`` (kept), and whether every element there
     is finite (where one is not, ``e`` is that of the dtype's largest value, so that every finite
     element there quantises within range; the caller's result there is NaN); global over
-    ``replicas`` when given. One pass: a non-finite element counts as an infinite magnitude."""
+    ``replicas`` when given. One pass: a non-finite element counts as an infinite magnitude, and
+    no element (a replica's empty share of a batch) as zero."""
     magnitude = tf.reduce_max(tf.where(tf.math.is_finite(x), tf.abs(x), tf.constant(float("inf"), x.dtype)),
                               axis=axis, keepdims=True)
-    finite = tf.math.is_finite(magnitude)
-    e = _exponent(tf.where(finite, magnitude, tf.constant(x.dtype.max, x.dtype)))
+    finite = magnitude < float("inf")
+    e = _exponent(tf.where(finite, tf.maximum(magnitude, 0), tf.constant(x.dtype.max, x.dtype)))
     if replicas is None:
         return e, finite
     e, bad = replicas.max(e), replicas.max(tf.cast(tf.logical_not(finite), tf.int32))
@@ -256,20 +269,24 @@ def exact_matmul_transposed_a(a: tf.Tensor, b: tf.Tensor, replicas: Replicas | N
     quantised to the same number of bits (K at most ``SYMMETRIC_K``, decided when the kernel is
     compiled where K is known only then), it is computed as ``(b^T @ a)^T``, which has the same
     integers (the row scales of one are the column scales of the other) and transposes only the
-    smaller ``b`` (about 4 ms of a convolution's 33 on a CPU)."""
+    smaller ``b``."""
     if (replicas is not None and replicas.many) or (a.shape[0] is not None and a.shape[0] > SYMMETRIC_K):
         return exact_matmul(tf.transpose(a), b, replicas)
     plan = _plan(tf.TensorShape([a.shape[1], a.shape[0]]), b.shape)  # its cost is that of the product as asked
     return _compiled(_transposed_product, plan, a.dtype)(a, b)
 
 
-def _transposed_product(a, b, plan: tuple[str, int | None, int | None], dtype: tf.DType) -> tf.Tensor:
+def _transposed_product(a: tf.Tensor, b: tf.Tensor, plan: tuple[str, int | None, int | None],
+                        dtype: tf.DType) -> tf.Tensor:
+    """``exact_matmul_transposed_a``'s kernel: ``(b^T @ a)^T``, or ``a^T @ b`` where K exceeds
+    ``SYMMETRIC_K`` (``plan``, made for ``a^T @ b``, depends on K and the rank alone: it fits both)."""
     def swapped():
         return tf.transpose(_whole_product(tf.transpose(b), a, plan, dtype))
 
     if a.shape[0] is not None:
         return swapped()
-    # K from the batch: a shape, so a constant when XLA compiles the kernel, which keeps one branch
+    # K from the batch: a shape, so a constant when XLA compiles the kernel (both branches are
+    # traced and compiled; one runs)
     return tf.cond(tf.shape(a)[0] <= SYMMETRIC_K, swapped, lambda: _whole_product(tf.transpose(a), b, plan, dtype))
 
 
@@ -386,7 +403,7 @@ def exact_batch_sum(x: tf.Tensor, axes: list[int], replicas: Replicas | None = N
     weight's gradient, which the strategy then sums), or with ``shared`` on every replica (a
     statistic each replica goes on to use)."""
     axes = sorted(axis % x.shape.rank for axis in axes)
-    if replicas is None or not replicas.many:
+    if (replicas is None or not replicas.many) and worth_compiling(x):
         return _batch_sum_kernel(tuple(axes))(x)
     return _batch_sum(x, axes, replicas, shared)
 

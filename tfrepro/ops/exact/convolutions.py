@@ -87,10 +87,15 @@ def _patch_kernel(k: tuple[int, int], dilations: tuple[int, int], strides: tuple
     return compiled(patches)
 
 
-def _patches(x: tf.Tensor, kernel_shape: list[int], dilations: list[int], strides: list[int], padding: str) -> tf.Tensor:
+def _patches(x: tf.Tensor, kernel_shape: list[int], dilations: list[int], strides: list[int],
+             padding: str) -> tuple[tf.Tensor, tf.Tensor]:
     """The NHWC image patches of ``x`` as rows [B * Ho * Wo, kh * kw * C], and their [B, Ho, Wo] shape."""
     kh, kw, c, _ = kernel_shape
-    patches = _patch_kernel((kh, kw), tuple(dilations), tuple(strides), padding)(x)
+    if _fixed.worth_compiling(x):
+        patches = _patch_kernel((kh, kw), tuple(dilations), tuple(strides), padding)(x)
+    else:
+        patches = _stock.extract_patches(x, sizes=[1, kh, kw, 1], strides=[1, *strides, 1], rates=[1, *dilations, 1],
+                                         padding=padding)
     return tf.reshape(patches, tf.stack([-1, kh * kw * c])), tf.shape(patches)[:3]
 
 
@@ -118,6 +123,9 @@ def _input_gradient(dy, kernel, input_shape, dilations, strides, padding) -> tf.
     columns = _fixed.exact_matmul(rows, weights, out_dtype=tf.float64)
     shape = tf.shape(dy)
     columns = tf.reshape(columns, tf.concat([shape[:3], [kh, kw, c]], 0))
+    columns.set_shape(dy.shape[:3].concatenate([kh, kw, c]))
+    if not _fixed.worth_compiling(columns):
+        return col2im(columns, input_shape, dilations, strides, padding, dy.dtype)
     placing = _compiled_col2im((kh, kw), tuple(dilations), tuple(strides), padding, dy.dtype)
     return placing(columns, tf.cast(input_shape, tf.int32))
 

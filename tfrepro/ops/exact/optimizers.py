@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from tfrepro import _targets
 from tfrepro._import_hooks import call_after_import
-from tfrepro.ops.exact._fixed import compiled, mul, narrow
+from tfrepro.ops.exact._fixed import compiled, mul, narrow, worth_compiling
 from tfrepro.ops.exact import coverage
 
 COVERED = ("Adam", "SGD")
@@ -87,8 +87,9 @@ def _sgd_values(g, m, w, lr, momentum, nesterov: bool):
     return narrow(m_new, m.dtype), narrow(_f64(w) + change, w.dtype)
 
 
-# One XLA kernel per update: its float64 passes fuse into one (about 10x faster than TF's kernels one
-# by one on the MNIST CNN's weights), and every step is correctly rounded, so compiling changes no bit.
+# One XLA kernel per update of a large variable (``worth_compiling``): its float64 passes fuse into one
+# (about 6x faster than TF's kernels one by one on the MNIST CNN's 9216x128 kernel), and every step is
+# correctly rounded, so compiling changes no bit.
 # Adam's scalar factors are a kernel of their own, compiled once: XLA compiles an update per shape.
 adam_factors = compiled(_adam_factors)
 adam_values = compiled(_adam_values)
@@ -109,15 +110,17 @@ def _adam(optimizer, gradient, variable, learning_rate, m, v, v_hat, adaptive_ep
     step = tf.cast(optimizer.iterations, tf.int64) + 1
     beta_1, beta_2 = _f64(optimizer.beta_1), _f64(optimizer.beta_2)
     alpha, epsilon = adam_factors(_f64(learning_rate), step, beta_1, beta_2, _f64(optimizer.epsilon), adaptive_epsilon)
-    values = adam_values(_dense(gradient), *_read(m, v, v_hat, variable), alpha, beta_1, beta_2, epsilon)
+    update = adam_values if worth_compiling(variable) else _adam_values
+    values = update(_dense(gradient), *_read(m, v, v_hat, variable), alpha, beta_1, beta_2, epsilon)
     for slot, value in zip((m, v, v_hat, variable), values):
         if slot is not None:
             slot.assign(value)
 
 
 def _sgd(optimizer, gradient, variable, learning_rate, m) -> None:
-    values = sgd_values(_dense(gradient), *_read(m, variable), _f64(learning_rate), _f64(optimizer.momentum),
-                        bool(optimizer.nesterov))
+    update = sgd_values if worth_compiling(variable) else _sgd_values
+    values = update(_dense(gradient), *_read(m, variable), _f64(learning_rate), _f64(optimizer.momentum),
+                    bool(optimizer.nesterov))
     for slot, value in zip((m, variable), values):
         if slot is not None:
             slot.assign(value)
